@@ -1,0 +1,53 @@
+# Two commands for a fresh clone: `make demo` and `make test`. Each sets itself up (venv, installs,
+# embedded model with checksum) and skips work already done on a second run.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := .make
+DEMO_DB := demo_data/smartrestaurant.sqlite
+DEMO_KB := demo_data/kb
+export HF_HUB_OFFLINE := 1
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export MLFLOW_DISABLE_TELEMETRY := true
+export OMP_WAIT_POLICY := PASSIVE
+
+.PHONY: setup models demo test test-fast mlflow-ui clean
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Reinstall only when the package definition changes; the editable install tracks the code itself.
+$(STAMP)/installed: pyproject.toml setup.py | $(BIN)/python
+	@mkdir -p $(STAMP)
+	# torch first and pinned: pip takes the local CPU wheel instead of resolving a CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,local-models]'
+	@touch $@
+
+setup: $(STAMP)/installed
+
+models: setup
+	$(BIN)/reflect-sql models ensure --model qwen2.5-coder-1.5b
+	$(BIN)/reflect-sql models ensure --model qwen2.5-coder-0.5b
+
+demo: models $(DEMO_DB)
+	$(BIN)/reflect-sql db schema --db $(DEMO_DB)
+	$(BIN)/reflect-sql db sql --db $(DEMO_DB) "SELECT c.name AS category, COUNT(*) AS dishes FROM menu_items m JOIN categories c ON c.id = m.category_id GROUP BY c.name ORDER BY dishes DESC"
+
+$(DEMO_DB): | $(STAMP)/installed
+	$(BIN)/reflect-sql demo-db create --out $(DEMO_DB)
+
+test: models
+	$(BIN)/pytest
+
+test-fast: setup
+	$(BIN)/pytest -m "not embedded_lm and not slow"
+
+mlflow-ui: setup
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --port 5058 --workers 1
+
+clean:
+	rm -rf $(STAMP) demo_data .pytest_cache

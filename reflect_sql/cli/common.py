@@ -1,0 +1,21 @@
+"""Flags shared by several commands, and the one place they turn into Settings."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from reflect_sql.settings import Settings, load_settings, parse_assignments
+
+
+def add_settings_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="F", help="YAML settings file (defaults < YAML < env < flags)")
+    parser.add_argument(
+        "--set", dest="set_", action="append", default=[], metavar="KEY=VALUE", help="override one setting"
+    )
+
+
+def settings_from_args(args: argparse.Namespace, **flag_overrides: Any) -> Settings:
+    """Flags named explicitly by a command win over ``--set``, which wins over env and YAML."""
+    overrides = parse_assignments(getattr(args, "set_", None))
+    overrides.update({k: v for k, v in flag_overrides.items() if v is not None})
+    return load_settings(getattr(args, "config", None), overrides)

@@ -1,0 +1,200 @@
+"""The one source of truth for every knob of Reflect-SQL.
+
+Sources, in rising precedence: the defaults below (the paper's Table 2) < a YAML file <
+environment variables ``REFLECT_SQL_<KEY>`` < explicit overrides (CLI flags, ``--set key=value``).
+Keys are flat so that the same name works in YAML, in the environment and on the command line.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "REFLECT_SQL_"
+
+# The judges' scales; thresholds must lie inside them.
+RETRIEVAL_SCALE = (1.0, 10.0)
+SEMANTIC_SCALE = (1.0, 10.0)
+ENTAILMENT_SCALE = (1.0, 5.0)
+
+SEMANTIC_WEIGHT_KEYS = ("w_c", "w_g", "w_j", "w_q")
+
+
+def _default_cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reflect-sql"
+
+
+class SettingsError(ValueError):
+    """A configuration that cannot be used; the message names every offending key."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    # --- Retrieval loop (paper section 3) ---
+    theta_r: float = Field(4.0, description="Retrieval threshold on Score_r (scale 1-10).")
+    alpha: float = Field(0.6, ge=0.0, le=1.0, description="Score_r = alpha*R + (1-alpha)*C.")
+    k_tables: int = Field(4, ge=1, description="Tables retrieved in the first step.")
+    m_columns: int = Field(8, ge=1, description="Columns retrieved per table in the second step.")
+    k_growth: int = Field(2, ge=0, description="Tables added to k each time retrieval is judged insufficient.")
+    m_growth: int = Field(4, ge=0, description="Columns added to m each time retrieval is judged insufficient.")
+    max_retrieval_iterations: int = Field(3, ge=1, description="Cap on retrieval-loop rounds.")
+
+    # --- Synthesis loop (paper section 4) ---
+    theta_s: float = Field(5.0, description="Semantic threshold on S (scale 1-10).")
+    w_c: float = Field(0.1, ge=0.0, description="Weight of column consistency C.")
+    w_g: float = Field(0.3, ge=0.0, description="Weight of granularity/aggregation G.")
+    w_j: float = Field(0.4, ge=0.0, description="Weight of join consistency J.")
+    w_q: float = Field(0.2, ge=0.0, description="Weight of query logic Q.")
+    max_syntax_repairs: int = Field(3, ge=0, description="Cap on compile-and-repair rounds per candidate.")
+    max_semantic_iterations: int = Field(3, ge=1, description="Cap on generate-and-judge rounds.")
+
+    # --- Entailment loop (paper section 5) ---
+    theta_e: float = Field(3.0, description="Entailment threshold on E (scale 1-5).")
+    beta: float = Field(0.2, ge=0.0, le=1.0, description="E = beta*E_schema + (1-beta)*E_data.")
+    max_entailment_iterations: int = Field(2, ge=1, description="Cap on execute-and-judge rounds.")
+
+    # --- Ablation switches ---
+    use_retrieval_loop: bool = True
+    use_syntax_reflection: bool = True
+    use_semantic_reflection: bool = True
+    use_entailment: bool = True
+    use_enrichment: bool = True
+
+    # --- Language models ---
+    lm: str = Field("local/qwen2.5-coder-1.5b", min_length=1, description="Generator LM (LiteLLM string or local/...).")
+    judge_lm: str | None = Field(None, description="Judge LM; defaults to the generator's model.")
+    lm_temperature: float = Field(0.0, ge=0.0, le=2.0)
+    lm_max_tokens: int = Field(512, ge=16)
+    lm_timeout_s: float = Field(120.0, gt=0)
+    lm_retries: int = Field(2, ge=0)
+    lm_context_tokens: int = Field(4096, ge=512, description="Context size of the embedded LM.")
+    lm_threads: int = Field(2, ge=1, description="CPU threads of the embedded LM.")
+    lm_cache: bool = Field(True, description="Use the DSPy disk cache.")
+
+    # --- Query execution ---
+    query_timeout_s: float = Field(30.0, gt=0)
+    max_rows: int = Field(1000, ge=1)
+    sample_values_per_column: int = Field(5, ge=0)
+    pg_max_plan_cost: float = Field(1e8, gt=0, description="PostgreSQL EXPLAIN cost above which a query is refused.")
+
+    # --- Paths ---
+    kb_dir: Path = Field(default_factory=lambda: Path("kb_store"))
+    cache_dir: Path = Field(default_factory=lambda: _default_cache_root() / "dspy")
+    model_dir: Path = Field(default_factory=lambda: _default_cache_root() / "models")
+    mlflow_uri: str = Field("sqlite:///mlruns.db")
+
+    @model_validator(mode="after")
+    def _check_scales_and_weights(self) -> "Settings":
+        problems = []
+        for key, (lo, hi) in (("theta_r", RETRIEVAL_SCALE), ("theta_s", SEMANTIC_SCALE), ("theta_e", ENTAILMENT_SCALE)):
+            value = getattr(self, key)
+            if not lo <= value <= hi:
+                problems.append(f"{key}={value} lies outside its judge's scale [{lo:g}, {hi:g}]")
+        weights = [getattr(self, k) for k in SEMANTIC_WEIGHT_KEYS]
+        if not math.isclose(sum(weights), 1.0, abs_tol=1e-6):
+            shown = ", ".join(f"{k}={w:g}" for k, w in zip(SEMANTIC_WEIGHT_KEYS, weights))
+            problems.append(f"semantic weights must sum to 1 ({shown} sum to {sum(weights):g})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def effective_judge_lm(self) -> str:
+        return self.judge_lm or self.lm
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _format_validation_error(err: ValidationError, origin: Mapping[str, str]) -> str:
+    lines = []
+    for item in err.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "settings"
+        where = f" (from {origin[key]})" if key in origin else ""
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        lines.append(f"{key}{where}: {msg}")
+    return "invalid settings: " + "; ".join(lines)
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SettingsError(f"config file not found: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"config file {path} is not UTF-8: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
+    # Experiment configs may carry other sections (dataset, variants); settings live under `settings:`
+    # there, or at the top level in a plain settings file.
+    if "settings" in data and isinstance(data["settings"], dict):
+        return dict(data["settings"])
+    return data
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    fields = Settings.model_fields
+    out = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key in fields:
+            out[key] = value
+    return out
+
+
+def parse_assignments(pairs: list[str] | None) -> dict[str, Any]:
+    """``["theta_r=5", "lm=openai/gpt-4o"]`` -> dict, values parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise SettingsError(f"--set expects key=value, got {pair!r}")
+        key, raw = pair.split("=", 1)
+        key = key.strip()
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            out[key] = raw
+    return out
+
+
+def load_settings(
+    config: str | os.PathLike | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge defaults < YAML < environment < overrides, and validate the result."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    if config is not None:
+        for k, v in read_yaml(config).items():
+            merged[k] = v
+            origin[k] = f"config {config}"
+    for k, v in env_overrides(environ).items():
+        merged[k] = v
+        origin[k] = f"environment {ENV_PREFIX}{k.upper()}"
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        merged[k] = v
+        origin[k] = "command line"
+    try:
+        return Settings(**merged)
+    except ValidationError as err:
+        raise SettingsError(_format_validation_error(err, origin)) from None
