@@ -1,0 +1,1 @@
+"""reflect_sql.lm"""
