@@ -1,0 +1,60 @@
+"""The engine-independent half of ``introspect()``: row counts, sample values, tables.json keys.
+
+Each engine reads its own catalogue (tables, columns, keys) and hands over a ``run`` callable that
+executes SQL built here on its read-only connection, and a ``quote`` for identifiers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from reflect_sql.db import tables_json as tj
+from reflect_sql.db.base import EngineError
+from reflect_sql.db.schema import Schema
+from reflect_sql.db.values import sample_value
+from reflect_sql.errors import UserError
+
+# Samples come from the first rows scanned, so introspecting a large table stays cheap.
+SAMPLE_SCAN_ROWS = 10_000
+
+Run = Callable[[str], list[tuple[Any, ...]]]
+
+
+def sample_sql(quote: Callable[[str], str], table: str, column: str, n: int) -> str:
+    """First ``n`` distinct non-null values in scan order; the same SQL runs on SQLite and PostgreSQL."""
+    col, tab = quote(column), quote(table)
+    return (
+        f"SELECT v FROM (SELECT v, row_number() OVER () AS rn FROM "
+        f"(SELECT {col} AS v FROM {tab} WHERE {col} IS NOT NULL LIMIT {SAMPLE_SCAN_ROWS}) AS scanned) AS numbered "
+        f"GROUP BY v ORDER BY min(rn) LIMIT {int(n)}"
+    )
+
+
+def finish(
+    schema: Schema,
+    run: Run,
+    quote: Callable[[str], str],
+    samples_per_column: int,
+    tables_json: str | Path | None = None,
+    db_id: str | None = None,
+) -> Schema:
+    for table in schema.tables:
+        try:
+            table.row_count = int(run(f"SELECT count(*) FROM {quote(table.name)}")[0][0])
+        except EngineError:
+            table.row_count = None  # a timeout on a huge table should not fail introspection
+        if samples_per_column <= 0:
+            continue
+        for column in table.columns:
+            try:
+                rows = run(sample_sql(quote, table.name, column.name, samples_per_column))
+            except EngineError:
+                continue  # e.g. a type with no equality operator (PostgreSQL json)
+            values = [sample_value(r[0]) for r in rows]
+            column.samples = [v for v in values if v is not None]
+    if tables_json is not None:
+        if not db_id:
+            raise UserError("a tables.json needs the db_id of this database's entry")
+        extra = tj.foreign_keys(tj.load_entry(tables_json, db_id), schema)
+        schema.foreign_keys = tj.merge(schema.foreign_keys, extra)
+    return schema

@@ -1,0 +1,113 @@
+"""``reflect-sql db schema`` and ``reflect-sql db sql``: look at a database through the read-only engines."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from reflect_sql.cli.common import add_settings_args, settings_from_args
+
+DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("db", help="inspect a database and run read-only SQL")
+    sub = parser.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    schema = sub.add_parser("schema", help="tables, columns, keys, row counts and sample values")
+    schema.add_argument("--db", required=True, help=DB_HELP)
+    schema.add_argument("--json", action="store_true", help="print the schema model as JSON")
+    schema.add_argument("--tables-json", metavar="F", help="Spider/BIRD tables.json with extra foreign keys")
+    schema.add_argument("--db-id", help="entry of --tables-json (default: the file's stem or the schema name)")
+    add_settings_args(schema)
+    schema.set_defaults(func=cmd_schema)
+
+    run = sub.add_parser("sql", help="run one read-only query")
+    run.add_argument("--db", required=True, help=DB_HELP)
+    run.add_argument("sql", metavar="SQL", help="one SELECT query")
+    run.add_argument("--json", action="store_true", help='print {"columns": [...], "rows": [...]}')
+    run.add_argument("--timeout", type=float, metavar="S", help="seconds before the query is stopped")
+    run.add_argument("--max-rows", type=int, metavar="N", help="rows returned at most")
+    add_settings_args(run)
+    run.set_defaults(func=cmd_sql)
+
+
+def _one_line(func):
+    """Engine messages can span lines (PostgreSQL quotes the failing line); a CLI error is one."""
+    from reflect_sql.db.base import EngineError
+
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except EngineError as exc:
+            lines = [line for line in exc.message.splitlines() if line.strip()]
+            exc.message = lines[0].strip() if lines else exc.kind
+            raise
+
+    return wrapped
+
+
+def _dumps(data) -> str:
+    from reflect_sql.db.values import json_value
+
+    return json.dumps(data, default=json_value, ensure_ascii=False)
+
+
+@_one_line
+def cmd_schema(args: argparse.Namespace) -> int:
+    from reflect_sql.db import open_engine
+
+    settings = settings_from_args(args)
+    with open_engine(args.db, settings) as engine:
+        schema = engine.introspect(tables_json=args.tables_json, db_id=args.db_id)
+    if args.json:
+        print(_dumps(schema.to_dict()))
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    console = Console()
+    refs = {}
+    for fk in schema.foreign_keys:
+        for col, ref in zip(fk.columns, fk.ref_columns):
+            refs.setdefault((fk.table, col), []).append(f"{fk.ref_table}.{ref}")
+    for table in schema.tables:
+        shown = RichTable(title=f"{table.name} ({table.row_count if table.row_count is not None else '?'} rows)",
+                          title_justify="left")
+        for header in ("column", "type", "key", "samples"):
+            shown.add_column(header)
+        for column in table.columns:
+            key = ", ".join((["PK"] if column.primary_key else []) + [f"-> {r}" for r in refs.get((table.name, column.name), [])])
+            shown.add_row(column.name, column.type, key, ", ".join(repr(v) for v in column.samples))
+        console.print(shown)
+    return 0
+
+
+@_one_line
+def cmd_sql(args: argparse.Namespace) -> int:
+    from reflect_sql.db import open_engine
+
+    settings = settings_from_args(args, query_timeout_s=args.timeout, max_rows=args.max_rows)
+    with open_engine(args.db, settings) as engine:
+        result = engine.execute(args.sql)
+    if args.json:
+        print(_dumps(result.to_json()))
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from reflect_sql.db.values import json_value
+
+    shown = RichTable()
+    for name in result.columns:
+        shown.add_column(name)
+    for row in result.rows:
+        shown.add_row(*("NULL" if v is None else str(v if isinstance(v, (str, int, float)) else json_value(v)) for v in row))
+    console = Console()
+    console.print(shown)
+    note = f" (truncated at --max-rows {len(result.rows)})" if result.truncated else ""
+    print(f"{len(result.rows)} row(s){note} in {result.elapsed_s:.3f} s", file=sys.stderr)
+    return 0
