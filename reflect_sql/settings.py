@@ -39,7 +39,7 @@ class Settings(BaseModel):
     theta_r: float = Field(4.0, description="Retrieval threshold on Score_r (scale 1-10).")
     alpha: float = Field(0.6, ge=0.0, le=1.0, description="Score_r = alpha*R + (1-alpha)*C.")
     k_tables: int = Field(4, ge=1, description="Tables retrieved in the first step.")
-    m_columns: int = Field(8, ge=1, description="Columns retrieved per table in the second step.")
+    m_columns: int = Field(4, ge=1, description="Columns retrieved per table in the second step.")
     k_growth: int = Field(2, ge=0, description="Tables added to k each time retrieval is judged insufficient.")
     m_growth: int = Field(4, ge=0, description="Columns added to m each time retrieval is judged insufficient.")
     max_retrieval_iterations: int = Field(3, ge=1, description="Cap on retrieval-loop rounds.")
@@ -75,6 +75,9 @@ class Settings(BaseModel):
     lm_context_tokens: int = Field(4096, ge=512, description="Context size of the embedded LM.")
     lm_threads: int = Field(2, ge=1, description="CPU threads of the embedded LM.")
     lm_cache: bool = Field(True, description="Use the DSPy disk cache.")
+    lm_record_dir: Path | None = Field(None, description="Record every LM call (request hash -> response) into this cassette dir.")
+    lm_replay_dir: Path | None = Field(None, description="Serve LM calls only from this cassette dir; a missing call is an error.")
+    json_adapter_fallback: bool = Field(True, description="Retry an unparsable ChatAdapter reply with JSONAdapter (one more LM call).")
 
     # --- Query execution ---
     query_timeout_s: float = Field(30.0, gt=0)

@@ -1,0 +1,68 @@
+"""Settings -> language models: the generator and, separately, the judge (the paper's role isolation).
+
+``local/<name>`` selects the embedded model (``local_engine``); any other string goes to LiteLLM as
+given (``anthropic/...``, ``openai/...``, ``ollama_chat/...``, ``hosted_vllm/...``), with API keys
+from the environment. Building an LM touches neither the network nor the model weights.
+"""
+from __future__ import annotations
+
+import dspy
+from dspy.utils.exceptions import LMError
+
+from reflect_sql.errors import UserError
+from reflect_sql.lm.cassette import Cassette
+from reflect_sql.lm.client import ReflectLM
+from reflect_sql.lm.local_engine import LOCAL_PREFIX, AsyncLocalEngine, LocalEngine, local_model_name
+
+ROLES = ("generator", "judge")
+
+
+def make_cassette(settings) -> Cassette | None:
+    if settings.lm_record_dir and settings.lm_replay_dir:
+        raise UserError("set either lm_record_dir (--record) or lm_replay_dir (--replay), not both")
+    if settings.lm_replay_dir:
+        return Cassette(settings.lm_replay_dir, "replay")
+    if settings.lm_record_dir:
+        return Cassette(settings.lm_record_dir, "record")
+    return None
+
+
+def make_lm(model_name: str, settings, role: str = "generator", *, cassette: Cassette | None = None) -> ReflectLM:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, not {role!r}")
+    common = dict(
+        role=role,
+        cassette=cassette,
+        temperature=settings.lm_temperature,
+        max_tokens=settings.lm_max_tokens,
+        cache=settings.lm_cache,
+    )
+    local = local_model_name(model_name)
+    if local is not None:
+        engine = LocalEngine.from_settings(local, settings)
+        # Retrying an in-process model repeats the same deterministic work; failures surface at once.
+        return ReflectLM(f"{LOCAL_PREFIX}{local}", engine=engine, async_engine=AsyncLocalEngine(engine),
+                         num_retries=0, **common)
+    try:
+        return ReflectLM(model_name, timeout=settings.lm_timeout_s, num_retries=settings.lm_retries, **common)
+    except (ValueError, TypeError, LMError) as exc:
+        raise UserError(f"cannot use LM {model_name!r} as {role}: {exc}") from None
+
+
+def configure_cache(settings) -> None:
+    """DSPy's response cache lives in the settings' cache dir; ``lm_cache: false`` turns it off."""
+    dspy.configure_cache(
+        enable_disk_cache=settings.lm_cache,
+        enable_memory_cache=settings.lm_cache,
+        disk_cache_dir=str(settings.cache_dir),
+    )
+
+
+def configure_lms(settings) -> tuple[ReflectLM, ReflectLM]:
+    """(generator, judge): two LM objects even when both name the same model, so their calls,
+    histories and accounting stay apart; the judge defaults to the generator's model."""
+    configure_cache(settings)
+    cassette = make_cassette(settings)
+    generator = make_lm(settings.lm, settings, "generator", cassette=cassette)
+    judge = make_lm(settings.effective_judge_lm, settings, "judge", cassette=cassette)
+    return generator, judge
