@@ -1,5 +1,6 @@
 """A non-editable install must import every room under ``reflect_sql``."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -7,14 +8,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+NOT_SOURCES = (".git", ".venv", "build", "runs", "demo_data", "*.egg-info", ".pytest_cache", "__pycache__", "kb_store", "mlruns*")
 ROOMS = ["signatures", "programs", "kb", "optimize", "experiments", "db", "lm"]
 
 
 @pytest.mark.slow
 def test_installed_copy_imports_every_room(tmp_path):
+    # Build from a copy: setuptools writes build/ next to the sources, and a stale build/lib in the
+    # checkout would leak deleted modules into later installs.
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCES))
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(REPO)],
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(source)],
         check=True,
         cwd=tmp_path,
     )
