@@ -1,1 +1,1 @@
-"""reflect_sql.signatures"""
+"""reflect_sql.signatures: one DSPy signature per role, each with its scoring rubric."""

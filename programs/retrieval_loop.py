@@ -1,0 +1,93 @@
+"""Loop 1, retrieval (paper section 3): retrieve, judge the context, and when Score_r < theta_r
+rewrite the question (Q -> Q') and widen k and m, until the context suffices or the cap is hit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from reflect_sql.programs.invoke import call_predictor
+from reflect_sql.programs.handles import Handles
+from reflect_sql.programs.trace import Trace, TraceStep
+from reflect_sql.settings import Settings
+from reflect_sql.signatures.retrieval_judge import RetrievalJudge
+
+
+def retrieval_score(relevance: float, completeness: float, settings: Settings) -> float:
+    """Score_r = alpha * R + (1 - alpha) * C."""
+    return settings.alpha * relevance + (1 - settings.alpha) * completeness
+
+
+@dataclass
+class RetrievalState:
+    """What widening changes; it persists when entailment sends the pipeline back to this loop."""
+
+    query: str
+    k: int
+    m: int
+
+
+@dataclass
+class RetrievalOutcome:
+    context: Any
+    score: float | None  # None when not judged (loop off) or the judge failed
+    query: str
+    k: int
+    m: int
+
+
+class RetrievalLoop(dspy.Module):
+    def __init__(self, settings: Settings, handles: Handles):
+        super().__init__()
+        self.settings = settings
+        self.handles = handles
+        self.judge = dspy.Predict(RetrievalJudge)
+
+    def forward(self, question: str, evidence: str, state: RetrievalState, diagnosis: str, trace: Trace, round: int) -> RetrievalOutcome:
+        s = self.settings
+        iterations = s.max_retrieval_iterations if s.use_retrieval_loop else 1
+        best: RetrievalOutcome | None = None
+        for it in range(iterations):
+            context = self.handles.retriever.retrieve(state.query, state.k, state.m, evidence=evidence or "")
+            step = trace.add(TraceStep(
+                "retrieval", round, it,
+                inputs={"query": state.query, "k": state.k, "m": state.m, "diagnosis": diagnosis or None,
+                        "tables": list(context.tables), "columns": len(context.columns)},
+            ))
+            outcome = RetrievalOutcome(context, None, state.query, state.k, state.m)
+            if not s.use_retrieval_loop:
+                step.decision = "retrieved once (retrieval loop off)"
+                return outcome
+
+            call = call_predictor(
+                self.judge, "retrieval.judge", self.handles.judge_lm,
+                question=question, evidence=evidence or "", schema_context=context.render(), diagnosis=diagnosis or "",
+            )
+            step.cost = call.cost
+            rewritten = ""
+            if call.output is None:
+                step.failure = f"retrieval judge failed ({call.failure}); treated as insufficient"
+            else:
+                out = call.output
+                outcome.score = retrieval_score(out.relevance, out.completeness, s)
+                rewritten = (out.rewritten_question or "").strip()
+                step.scores = {"R": out.relevance, "C": out.completeness, "score": outcome.score, "threshold": s.theta_r}
+                step.feedback = "; ".join(out.missing_aspects or []) or None
+            if best is None or (outcome.score if outcome.score is not None else float("-inf")) >= (
+                best.score if best.score is not None else float("-inf")
+            ):
+                best = outcome  # ties go to the wider context
+
+            if outcome.score is not None and outcome.score >= s.theta_r:
+                step.decision = "accept"
+                return outcome
+            if it == iterations - 1:
+                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})"
+                return best
+            state.query = rewritten or state.query
+            state.k += s.k_growth
+            state.m += s.m_growth
+            step.decision = "rewrite and widen"
+            step.rewrite = {"query": state.query, "k": state.k, "m": state.m}
+        raise AssertionError("unreachable: the loop returns on its last iteration")

@@ -1,0 +1,34 @@
+"""Getting the SQL out of what a model wrote: models wrap it in fences or prose despite instructions."""
+from __future__ import annotations
+
+import re
+
+_FENCE = re.compile(r"```(?:[a-zA-Z]+)?\s*\n?(.*?)```", re.DOTALL)
+# DSPy's field markers, which small models sometimes write inside a field ("... [[ ## completed ## ]]").
+_MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
+_START = re.compile(r"\b(WITH|SELECT)\b", re.IGNORECASE)
+
+
+def clean_sql(text: str | None) -> str:
+    """The SQL inside ``text``: fenced block if any, from the first WITH/SELECT on, no trailing ';'.
+
+    Returns "" when there is no SQL, which the callers record as a failed generation.
+    """
+    if not text:
+        return ""
+    text = str(text).strip()
+    while (header := _MARKER.match(text)) is not None:  # the model restated its field's header
+        text = text[header.end():].strip()
+    text = _MARKER.split(text, 1)[0].strip()  # what follows a marker belongs to another field
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    elif text.startswith("```"):  # an unterminated fence (the model hit its token limit)
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    start = _START.search(text)
+    if start and start.start() > 0 and not text[: start.start()].strip().endswith(("(", ",")):
+        text = text[start.start():]
+    text = text.strip()
+    while text.endswith(";"):
+        text = text[:-1].rstrip()
+    return text

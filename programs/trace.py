@@ -1,0 +1,59 @@
+"""The trace: one record per loop iteration, with what went in, the scores, the decision taken,
+the feedback or rewrite it produced, any failure, and the LM cost of that iteration."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def json_safe(value: Any) -> Any:
+    """Database values and pydantic/enum outputs, made JSON-serialisable without losing meaning."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if hasattr(value, "model_dump"):
+        return json_safe(value.model_dump())
+    return str(value)
+
+
+@dataclass
+class TraceStep:
+    loop: str  # "retrieval", "synthesis.generate", "synthesis.syntax", "synthesis.semantic", "entailment", ...
+    round: int  # which pass through the loops (entailment sends the pipeline back to round + 1)
+    iteration: int  # which iteration inside this loop, in this round
+    inputs: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, Any] = field(default_factory=dict)
+    decision: str = ""
+    feedback: str | None = None
+    rewrite: dict[str, Any] | None = None
+    failure: str | None = None
+    cost: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+
+class Trace:
+    def __init__(self) -> None:
+        self.steps: list[TraceStep] = []
+
+    def add(self, step: TraceStep) -> TraceStep:
+        self.steps.append(step)
+        return step
+
+    def by_loop(self, loop: str) -> list[TraceStep]:
+        return [s for s in self.steps if s.loop == loop]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        out = [s.to_json() for s in self.steps]
+        json.dumps(out)  # fail here, not in a caller's serialiser, if something slipped through
+        return out

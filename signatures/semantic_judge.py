@@ -1,0 +1,43 @@
+"""Semantic judge (paper section 4, semantic sub-loop): does the SQL mean what the question asks?"""
+from __future__ import annotations
+
+import dspy
+
+from reflect_sql.signatures.scales import Score10
+
+
+class SemanticJudge(dspy.Signature):
+    """You review a SQL query written for a question, before it runs. Judge its meaning, not its
+    style. For each criterion write a one-line rationale, then a score from 1 to 10:
+
+    - column consistency C: does it select and filter on the columns the question refers to, with
+      the right meaning (e.g. the price column, not an id)? 1 = wrong columns throughout;
+      5 = the main column is right but another is wrong or missing, or extra columns are returned;
+      10 = exactly the columns the question asks for.
+    - granularity and aggregation G: is the level of detail right (per item vs. per group vs. one
+      total), with the right aggregate (COUNT/SUM/AVG/MAX), GROUP BY, DISTINCT and LIMIT?
+      1 = wrong level or wrong aggregate; 5 = right aggregate but wrong grouping, or a missing
+      DISTINCT/LIMIT; 10 = exactly the asked granularity.
+    - join consistency J: are the tables joined on the right keys, with no missing bridge table,
+      no spurious join that duplicates rows, and the right join type? 1 = wrong or missing join
+      keys; 5 = joins run but one is spurious or duplicates rows; 10 = correct joins (or none needed).
+    - query logic Q: are filters, conditions, value literals, ordering, arithmetic (no integer
+      division for ratios; zero denominators guarded) and NULL handling right? 1 = the logic
+      answers a different question; 5 = one condition or computation is wrong; 10 = all correct.
+
+    Then give a diagnosis: the concrete problems and how to fix them, or "none" if there are none."""
+
+    question: str = dspy.InputField(desc="The user's question.")
+    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
+    schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
+    sql: str = dspy.InputField(desc="The SQL query under review.")
+
+    column_rationale: str = dspy.OutputField(desc="One line on column consistency.")
+    column_consistency: Score10 = dspy.OutputField(desc="C, 1-10: 1 wrong columns, 5 one wrong/missing, 10 exact.")
+    granularity_rationale: str = dspy.OutputField(desc="One line on granularity and aggregation.")
+    granularity: Score10 = dspy.OutputField(desc="G, 1-10: 1 wrong level/aggregate, 5 grouping off, 10 exact.")
+    join_rationale: str = dspy.OutputField(desc="One line on the joins.")
+    join_consistency: Score10 = dspy.OutputField(desc="J, 1-10: 1 wrong/missing keys, 5 spurious join, 10 correct.")
+    logic_rationale: str = dspy.OutputField(desc="One line on filters, arithmetic and conditions.")
+    query_logic: Score10 = dspy.OutputField(desc="Q, 1-10: 1 different question, 5 one thing wrong, 10 correct.")
+    diagnosis: str = dspy.OutputField(desc="The concrete problems and their fixes, or 'none'.")

@@ -1,0 +1,289 @@
+"""Every branch of the three loops, driven by a scripted LM on a tiny SQLite database."""
+import sqlite3
+
+import pytest
+
+from paper_settings import Settings
+
+GOOD = "SELECT name, CAST(returns AS REAL) / orders AS return_rate FROM stores WHERE orders > 0"
+ALSO_GOOD = "SELECT name, returns * 1.0 / orders AS rate FROM stores WHERE orders > 0"
+COUNT_Q = "How many stores are there?"
+COUNT_SQL = "SELECT COUNT(*) FROM stores"
+
+
+def steps(pred, loop):
+    return [s for s in pred.trace if s["loop"] == loop]
+
+
+# --- loop 1: retrieval ---------------------------------------------------------------------
+
+def test_low_retrieval_score_rewrites_the_question_and_widens_k_and_m(run, retriever, helpers):
+    settings = Settings(alpha=0.5, k_tables=2, m_columns=3, k_growth=3, m_growth=5, theta_r=6)
+    script = helpers.Script(
+        RetrievalJudge=[helpers.retrieval(3, 2, rewritten="store names with orders and returns counts",
+                                          missing=["no returns column"]),
+                        helpers.retrieval(8, 7)],
+        GenerateSQL={"sql": GOOD},
+    )
+    pred, lm = run(script, settings)
+    assert retriever.requests == [
+        ("What is the return rate of each store?", 2, 3),
+        ("store names with orders and returns counts", 5, 8),
+    ]
+    first, second = steps(pred, "retrieval")
+    assert first["decision"] == "rewrite and widen"
+    assert first["scores"]["score"] == pytest.approx(0.5 * 3 + 0.5 * 2)
+    assert first["rewrite"] == {"query": "store names with orders and returns counts", "k": 5, "m": 8}
+    assert first["feedback"] == "no returns column"
+    assert second["decision"] == "accept"
+    assert pred.scores["retrieval"] == pytest.approx(0.5 * 8 + 0.5 * 7)
+    # The judge always sees the user's question, not the retrieval query.
+    assert all(i["question"] == "What is the return rate of each store?" for i in helpers.inputs_of(lm, "RetrievalJudge"))
+
+
+def test_retrieval_cap_keeps_the_best_context_and_goes_on(run, retriever, helpers):
+    settings = Settings(max_retrieval_iterations=3, theta_r=8, k_tables=4, m_columns=8, k_growth=2, m_growth=4)
+    script = helpers.Script(
+        RetrievalJudge=[helpers.retrieval(3, 3, "q2"), helpers.retrieval(6, 6, "q3"), helpers.retrieval(2, 2, "q4")],
+        GenerateSQL={"sql": GOOD},
+    )
+    pred, lm = run(script, settings)
+    assert helpers.calls_by_signature(lm)["RetrievalJudge"] == 3
+    assert [r[1:] for r in retriever.requests] == [(4, 8), (6, 12), (8, 16)]
+    assert steps(pred, "retrieval")[-1]["decision"].startswith("cap reached")
+    assert pred.scores["retrieval"] == pytest.approx(6.0)  # the best of 3, 6, 2: not the last
+    assert pred.sql == GOOD and pred.rows  # the pipeline carried on
+
+
+# --- loop 2: synthesis ---------------------------------------------------------------------
+
+def test_syntax_error_is_repaired_from_the_engine_error(run, helpers):
+    script = helpers.Script(GenerateSQL={"sql": "SELECT nme, CAST(returns AS REAL) / orders FROM stores WHERE orders > 0"},
+                            RepairSQL={"repaired_sql": GOOD})
+    pred, lm = run(script)
+    repair_inputs = helpers.inputs_of(lm, "RepairSQL")
+    assert len(repair_inputs) == 1
+    assert "nme" in repair_inputs[0]["error"]  # the engine's own message reached the repairer
+    assert [s["decision"] for s in steps(pred, "synthesis.syntax")] == ["repair", "compiles"]
+    assert pred.sql == GOOD
+    assert [tuple(r) for r in pred.rows] == [("North", 0.3), ("East", 0.25)]
+
+
+def test_write_sql_is_refused_never_run_and_fed_back_as_an_error(run, db_path, helpers):
+    script = helpers.Script(GenerateSQL={"sql": "DELETE FROM stores"}, RepairSQL={"repaired_sql": GOOD})
+    pred, lm = run(script)
+    (repair,) = helpers.inputs_of(lm, "RepairSQL")
+    assert repair["error"].startswith("refused")
+    assert pred.sql == GOOD
+    assert sqlite3.connect(db_path).execute("SELECT COUNT(*) FROM stores").fetchone() == (3,)
+
+
+def test_refused_sql_without_syntax_reflection_reaches_entailment_as_an_error(run, db_path, helpers):
+    settings = Settings(use_syntax_reflection=False, max_entailment_iterations=2)
+    script = helpers.Script(GenerateSQL=[{"sql": "DROP TABLE stores"}, {"sql": GOOD}])
+    pred, lm = run(script, settings)
+    first = steps(pred, "entailment")[0]
+    assert first["inputs"]["checks"][0]["check"] == "execution_error"
+    assert "refused" in first["feedback"]
+    assert "refused" in helpers.inputs_of(lm, "GenerateSQL")[1]["feedback"]
+    assert pred.sql == GOOD
+    assert sqlite3.connect(db_path).execute("SELECT COUNT(*) FROM stores").fetchone() == (3,)
+
+
+def test_low_semantic_score_regenerates_with_the_diagnosis(run, helpers):
+    weak = "SELECT name, returns FROM stores"
+    settings = Settings(theta_s=6)
+    script = helpers.Script(
+        GenerateSQL=[{"sql": weak}, {"sql": GOOD}],
+        SemanticJudge=[helpers.semantic((8, 3, 9, 2), diagnosis="returns must be divided by orders"),
+                       helpers.semantic(9)],
+    )
+    pred, lm = run(script, settings)
+    gen = helpers.inputs_of(lm, "GenerateSQL")
+    assert len(gen) == 2
+    assert "returns must be divided by orders" in gen[1]["feedback"] and weak in gen[1]["feedback"]
+    first, second = steps(pred, "synthesis.semantic")
+    s_first = 0.1 * 8 + 0.3 * 3 + 0.4 * 9 + 0.2 * 2
+    assert first["scores"]["S"] == pytest.approx(s_first) and first["decision"] == "regenerate with the diagnosis"
+    assert second["decision"] == "accept"
+    assert pred.sql == GOOD and pred.scores["semantic"] == pytest.approx(9.0)
+
+
+def test_semantic_weights_come_from_settings(run, helpers):
+    settings = Settings(w_c=0.7, w_g=0.1, w_j=0.1, w_q=0.1, theta_s=1)
+    script = helpers.Script(GenerateSQL={"sql": GOOD}, SemanticJudge=helpers.semantic((10, 2, 4, 6)))
+    pred, _ = run(script, settings)
+    assert pred.scores["semantic"] == pytest.approx(0.7 * 10 + 0.1 * 2 + 0.1 * 4 + 0.1 * 6)
+
+
+def test_syntax_cap_keeps_failing_sql_and_reports_the_error(run, helpers):
+    settings = Settings(max_syntax_repairs=2, max_semantic_iterations=1, max_entailment_iterations=1)
+    broken = "SELECT nosuch FROM stores"
+    script = helpers.Script(GenerateSQL={"sql": broken}, RepairSQL=[{"repaired_sql": "SELECT wrong FROM stores"},
+                                                                    {"repaired_sql": "SELECT stillwrong FROM stores"}])
+    pred, lm = run(script, settings)
+    counts = helpers.calls_by_signature(lm)
+    assert counts["RepairSQL"] == 2
+    assert "SemanticJudge" not in counts  # nothing to judge in SQL that does not compile
+    syntax = steps(pred, "synthesis.syntax")
+    assert len(syntax) == 3 and syntax[-1]["decision"].startswith("cap reached")
+    assert pred.sql == "SELECT stillwrong FROM stores"
+    assert pred.error and "stillwrong" in pred.error
+    assert pred.rows == [] and pred.scores["entailment"] == 1.0
+
+
+def test_semantic_cap_returns_the_best_scoring_candidate(run, helpers):
+    settings = Settings(max_semantic_iterations=3, theta_s=9, use_entailment=False)
+    sqls = ["SELECT name FROM stores", ALSO_GOOD, "SELECT id FROM stores"]
+    script = helpers.Script(GenerateSQL=[{"sql": s} for s in sqls],
+                            SemanticJudge=[helpers.semantic(3), helpers.semantic(7), helpers.semantic(2)])
+    pred, lm = run(script, settings)
+    assert helpers.calls_by_signature(lm)["GenerateSQL"] == 3
+    assert steps(pred, "synthesis.semantic")[-1]["decision"].startswith("cap reached")
+    assert pred.sql == ALSO_GOOD and pred.scores["semantic"] == pytest.approx(7.0)
+    assert [tuple(r) for r in pred.rows] == [("North", 0.3), ("East", 0.25)]
+
+
+# --- loop 3: entailment --------------------------------------------------------------------
+
+def test_low_entailment_goes_back_to_retrieval_with_the_diagnosis(run, retriever, helpers):
+    script = helpers.Script(
+        GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": GOOD}],
+        EntailmentJudge=[helpers.entailment(2, 2, diagnosis="name the column return_rate"), helpers.entailment(5, 5)],
+    )
+    pred, lm = run(script)
+    judge_inputs = helpers.inputs_of(lm, "RetrievalJudge")
+    assert len(judge_inputs) == 2 and len(retriever.requests) == 2
+    assert judge_inputs[0]["diagnosis"] == "" and "name the column return_rate" in judge_inputs[1]["diagnosis"]
+    assert "name the column return_rate" in helpers.inputs_of(lm, "GenerateSQL")[1]["feedback"]
+    assert [s["round"] for s in steps(pred, "entailment")] == [0, 1]
+    assert steps(pred, "entailment")[0]["scores"]["E"] == pytest.approx(0.2 * 2 + 0.8 * 2)
+    assert pred.sql == GOOD and pred.scores["entailment"] == pytest.approx(5.0)
+
+
+def test_entailment_beta_comes_from_settings(run, helpers):
+    settings = Settings(beta=0.75, theta_e=1)
+    script = helpers.Script(GenerateSQL={"sql": GOOD}, EntailmentJudge=helpers.entailment(4, 2))
+    pred, _ = run(script, settings)
+    assert pred.scores["entailment"] == pytest.approx(0.75 * 4 + 0.25 * 2)
+
+
+def test_entailment_cap_returns_the_best_candidate_with_its_scores_and_rows(run, helpers):
+    settings = Settings(max_entailment_iterations=3)
+    sqls = ["SELECT name FROM stores", ALSO_GOOD, "SELECT id FROM stores"]
+    script = helpers.Script(
+        GenerateSQL=[{"sql": s} for s in sqls],
+        EntailmentJudge=[helpers.entailment(2, 2), helpers.entailment(3, 2), helpers.entailment(1, 1)],
+    )
+    pred, lm = run(script, settings)
+    counts = helpers.calls_by_signature(lm)
+    assert counts["EntailmentJudge"] == 3 and counts["RetrievalJudge"] == 3 and counts["GenerateSQL"] == 3
+    assert pred.sql == ALSO_GOOD
+    assert pred.scores == {"retrieval": 9.0, "semantic": 9.0, "entailment": pytest.approx(0.2 * 3 + 0.8 * 2)}
+    assert [tuple(r) for r in pred.rows] == [("North", 0.3), ("East", 0.25)]
+    assert pred.columns == ["name", "rate"] and pred.error is None
+    assert steps(pred, "result")[-1]["decision"].startswith("cap reached")
+
+
+def test_error_checks_pull_e_data_to_the_bottom_whatever_the_judge_says(run, helpers):
+    settings = Settings(max_entailment_iterations=1)
+    script = helpers.Script(GenerateSQL={"sql": "SELECT r.name FROM stores s JOIN regions r ON r.id = s.region_id"},
+                            EntailmentJudge=helpers.entailment(5, 5))
+    pred, _ = run(script, settings, question="List the distinct regions that have stores.")
+    (step,) = steps(pred, "entailment")
+    assert [c["check"] for c in step["inputs"]["checks"]] == ["duplicate_rows"]
+    assert step["scores"]["E_data_judge"] == 5 and step["scores"]["E_data"] == 1
+    assert pred.scores["entailment"] == pytest.approx(0.2 * 5 + 0.8 * 1)
+
+
+def test_warning_checks_inform_the_judge_but_leave_its_score(run, helpers, retriever):
+    script = helpers.Script(GenerateSQL={"sql": "SELECT name FROM stores WHERE name = 'Nowhere'"},
+                            EntailmentJudge=helpers.entailment(5, 4))
+    pred, lm = run(script, question="Which stores are called Nowhere?")
+    (step,) = steps(pred, "entailment")
+    assert step["inputs"]["checks"] == [{"check": "empty_result", "severity": "warning",
+                                         "message": "the query returned no rows; check filter values, joins and literals"}]
+    assert "empty_result" in helpers.inputs_of(lm, "EntailmentJudge")[0]["check_findings"]
+    assert step["scores"]["E_data"] == 4 and step["decision"] == "accept"
+    assert pred.rows == [] and not retriever.enriched  # an answer, but not a verified example
+
+
+# --- bad LM output -------------------------------------------------------------------------
+
+def test_garbage_from_a_judge_is_a_recorded_failure_not_a_crash(run, helpers):
+    settings = Settings(max_semantic_iterations=2, json_adapter_fallback=False)
+    script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": GOOD}],
+                            SemanticJudge=["I think it is fine!!", helpers.semantic(9)])
+    pred, _ = run(script, settings)
+    first = steps(pred, "synthesis.semantic")[0]
+    assert first["failure"].startswith("semantic judge failed") and first["decision"] == "regenerate"
+    assert pred.sql == GOOD and pred.scores["semantic"] == 9.0
+
+
+def test_out_of_scale_score_is_a_parse_failure(run, helpers):
+    script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": GOOD}],
+                            EntailmentJudge=[helpers.entailment(5, 9), helpers.entailment(5, 5)])
+    pred, _ = run(script, Settings(max_entailment_iterations=2, json_adapter_fallback=False))
+    first = steps(pred, "entailment")[0]
+    assert "entailment judge failed" in first["failure"]
+    assert pred.scores["entailment"] == 5.0
+
+
+def test_retrieval_judge_failure_widens_like_a_low_score(run, retriever, helpers):
+    script = helpers.Script(RetrievalJudge=["no idea", helpers.retrieval(9, 9)], GenerateSQL={"sql": GOOD})
+    pred, _ = run(script, Settings(json_adapter_fallback=False, k_tables=4, m_columns=8, k_growth=2, m_growth=4))
+    first = steps(pred, "retrieval")[0]
+    assert first["failure"].startswith("retrieval judge failed") and first["decision"] == "rewrite and widen"
+    assert [r[1:] for r in retriever.requests] == [(4, 8), (6, 12)]
+    assert retriever.requests[1][0] == retriever.requests[0][0]  # no Q' without a judgment
+
+
+def test_a_generator_that_never_writes_sql_gives_an_answer_with_an_error(run, helpers):
+    settings = Settings(max_semantic_iterations=2, max_entailment_iterations=2)
+    script = helpers.Script(GenerateSQL=["Sorry, I cannot help with that."])
+    pred, lm = run(script, settings)
+    assert pred.sql is None and pred.rows == [] and pred.columns == []
+    assert pred.error == "no SQL could be generated"
+    assert pred.scores == {"retrieval": None, "semantic": None, "entailment": None}
+    assert helpers.calls_by_signature(lm)["GenerateSQL"] >= 4  # 2 rounds x 2 generations (+ adapter retries)
+    assert all(s["failure"] for s in steps(pred, "synthesis.generate"))
+
+
+def test_fenced_sql_from_the_generator_is_unwrapped(run, helpers):
+    script = helpers.Script(GenerateSQL={"sql": f"```sql\n{GOOD};\n```"})
+    pred, _ = run(script)
+    assert pred.sql == GOOD
+
+
+def test_a_generator_that_repeats_itself_stops_the_semantic_loop(run, helpers):
+    settings = Settings(max_semantic_iterations=4, theta_s=9, use_entailment=False)
+    script = helpers.Script(GenerateSQL={"sql": ALSO_GOOD}, SemanticJudge=helpers.semantic(6))
+    pred, lm = run(script, settings)
+    counts = helpers.calls_by_signature(lm)
+    assert counts["GenerateSQL"] == 2 and counts["SemanticJudge"] == 1
+    assert steps(pred, "synthesis.generate")[-1]["decision"].startswith("repeated an earlier SQL")
+    assert pred.sql == ALSO_GOOD and pred.scores["semantic"] == pytest.approx(6.0)
+
+
+def test_a_sql_already_rejected_by_entailment_is_not_judged_again(run, helpers, retriever):
+    """Same SQL, same result, same judge inputs: a second round on it would only repeat the verdict."""
+    naive = "SELECT name, returns / orders AS return_rate FROM stores"
+    pred, lm = run(helpers.Script(GenerateSQL={"sql": naive}), Settings(max_entailment_iterations=3))
+    counts = helpers.calls_by_signature(lm)
+    assert counts["EntailmentJudge"] == 1 and counts["GenerateSQL"] == 2 and counts["RetrievalJudge"] == 2
+    assert steps(pred, "result")[-1]["decision"].startswith("the generator repeated the SQL rejected in round 0")
+    assert pred.sql == naive and pred.scores["entailment"] == pytest.approx(1.8) and pred.rows
+    assert not retriever.enriched
+
+
+def test_a_repairer_that_repeats_the_sql_stops_the_syntax_loop(run, helpers):
+    broken = "SELECT nosuch FROM stores"
+    settings = Settings(max_syntax_repairs=3, max_semantic_iterations=2)
+    script = helpers.Script(GenerateSQL=[{"sql": broken}, {"sql": GOOD}], RepairSQL={"repaired_sql": broken})
+    pred, lm = run(script, settings)
+    assert helpers.calls_by_signature(lm)["RepairSQL"] == 1
+    first = steps(pred, "synthesis.syntax")[0]
+    assert first["decision"] == "repairer returned the same SQL: stop repairing"
+    # The unrepaired SQL goes back to the generator with its error, and the next generation works.
+    assert "nosuch" in helpers.inputs_of(lm, "GenerateSQL")[1]["feedback"]
+    assert pred.sql == GOOD
