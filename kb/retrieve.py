@@ -1,0 +1,346 @@
+"""Two-step retrieval (paper section 3): tables, then columns within them, plus join paths, values
+and similar verified examples.
+
+Every table and column is scored by the cosine similarity of the question to its document (the
+paper's eq. 1), raised by lexical evidence: the question names it (words stemmed, compound names
+split, "oldest" read as asking for an age), or quotes a value it holds (the value index), or a
+similar verified example used it.
+
+1. Tables: of the top ``k``, the best is kept, and each other one if its score is close to the
+   best (``table_margin``) or the question gives direct evidence for it (names the table, names one
+   of its columns, quotes one of its values). Then the tables on FK paths needed to join the kept
+   ones are added (bridges), whatever k.
+2. Columns: in each kept table, the key columns joining it to the other kept tables are always
+   kept (and the primary key of a lone table); of the rest, up to ``m`` by score, each needing
+   ``column_floor``: cosine similarity alone rarely reaches it, a name or value match does. A
+   table's label column ("name", "title") counts as named when the question names the table.
+
+Widening k and m (the retrieval loop's second lever) is a parameter: beyond the settings' k_tables
+and m_columns, each growth step also loosens the margin and the floor, so widening always admits
+more context even for a question that gives no new evidence.
+
+Without evidence thresholds, every table of a small database with its join keys would pass
+(Spider's keys alone are 12-44% of their columns); they are what keeps prompts small.
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from reflect_sql.kb.context import ContextColumn, ContextTable, ExampleHit, JoinEdge, SchemaContext
+from reflect_sql.kb.documents import GLOBAL, collection_for_table
+from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
+from reflect_sql.kb.store import Store
+from reflect_sql.kb.text import ATTRIBUTES_OF, STOPWORDS, fold, split_identifier, stem, words
+from reflect_sql.kb.values import ValueIndex
+from reflect_sql.kb.versions import KBDir
+from reflect_sql.settings import Settings
+
+VALUES_FILE = "values.sqlite"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How lexical, value and example evidence add to cosine similarity (which lies in [-1, 1]).
+
+    Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py), in round steps.
+    """
+
+    table_name: float = 0.35  # x share of the table's name the question spells
+    table_column: float = 0.4  # x best column-name match, discounted when many tables share the word
+    table_value: float = 0.45  # x best value match in the table
+    column_name: float = 0.5
+    column_value: float = 0.6
+    label: float = 0.2  # the label column of a table the question names
+    example: float = 0.3  # x similarity of a verified example that used the table/column
+    example_min_similarity: float = 0.7
+    table_margin: float = 0.35
+    column_floor: float = 0.6
+    # Direct evidence that admits a table beyond the margin.
+    strong_table_name: float = 0.5
+    strong_column_name: float = 0.9
+    strong_value: float = 0.7
+    # How much each growth step beyond the default k / m loosens the margin / the floor.
+    margin_per_step: float = 0.35
+    floor_per_step: float = 0.15
+    examples_shown: int = 3
+    example_show_similarity: float = 0.5
+
+
+DEFAULT_WEIGHTS = Weights()
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _name_words(name: str, natural: str = "") -> set[str]:
+    tokens = split_identifier(name) + (fold(natural).split() if natural else [])
+    return {t for t in tokens if t not in STOPWORDS and t not in {"id", "no"}}
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Question:
+    """The query's words, folded and stemmed, for lexical matching."""
+
+    def __init__(self, text: str):
+        self.text = text
+        folded = words(text)
+        self.stems = {stem(w) for w in folded}
+        # Attributes asked about without being named: "oldest" asks for an age.
+        self.implied = {a for w in folded for a in ATTRIBUTES_OF.get(w, ())} - self.stems
+        # Words long enough to be found inside a compound identifier ("countrylanguage").
+        self.pieces = {w for w in folded if len(w) >= 4 and w not in STOPWORDS} | {
+            stem(w) for w in folded if len(stem(w)) >= 4 and w not in STOPWORDS}
+        self.identifiers = {m.lower() for m in _IDENT.findall(text)}
+        self.folded = " " + " ".join(stem(w) for w in fold(text).split()) + " "
+
+    def token_match(self, token: str) -> float:
+        """1 when the question has the word; for a compound word, the share of it the question spells."""
+        s = stem(token)
+        if s in self.stems:
+            return 1.0
+        if s in self.implied:
+            return 0.8
+        # Same word, other suffix: "directors" / "directed_by", "populace" / "population".
+        if len(s) >= 5 and any(_shared_prefix(s, q) >= max(5, 0.75 * min(len(s), len(q))) for q in self.stems):
+            return 0.8
+        if len(token) < 7:
+            return 0.0
+        covered = [False] * len(token)
+        for piece in self.pieces:
+            start = token.find(piece)
+            while start >= 0:
+                covered[start:start + len(piece)] = [True] * len(piece)
+                start = token.find(piece, start + 1)
+        share = sum(covered) / len(token)
+        return share if share >= 0.5 else 0.0
+
+    def name_coverage(self, name: str, natural: str = "") -> float:
+        """How much of a table/column name the question mentions, 0..1; 1 for a verbatim identifier."""
+        if name.lower() in self.identifiers and ("_" in name or len(split_identifier(name)) > 1):
+            return 1.0
+        best = 0.0
+        for tokens in (split_identifier(name), fold(natural).split() if natural else []):
+            content = [t for t in tokens if t not in STOPWORDS and t not in {"id", "no"}]
+            if not content:
+                continue
+            covered = sum(self.token_match(t) for t in content) / len(content)
+            if covered >= 1.0 and len(content) > 1 and f" {' '.join(stem(t) for t in content)} " not in self.folded:
+                covered = 0.9  # every word, but not as one phrase
+            best = max(best, covered)
+        return best
+
+
+class Retriever:
+    """Retrieval over one KB directory; opens its indexes once and answers many questions."""
+
+    def __init__(self, kb_dir: str | Path, settings: Settings | None = None, weights: Weights = DEFAULT_WEIGHTS):
+        self.path = Path(kb_dir)
+        self.settings = settings or Settings()
+        self.weights = weights
+        self.kb: KnowledgeBase = KBDir(self.path).load()
+        self.store = Store(self.path)
+        self.values = ValueIndex(self.path / VALUES_FILE)
+        self._graph = self._fk_graph()
+        # Which tables each name word occurs in: "name" in every table says little about which
+        # table a question needs; "language" in one says a lot.
+        self._word_tables: dict[str, set[str]] = {}
+        self._name_tables: dict[str, set[str]] = {}
+        for t in self.kb.tables:
+            for c in t.columns:
+                self._name_tables.setdefault(c.name.lower(), set()).add(t.name)
+                for word in _name_words(c.name, c.natural_name):
+                    self._word_tables.setdefault(word, set()).add(t.name)
+
+    def _specific(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
+        """1 / (tables sharing the words the question matched in this column's name), averaged."""
+        if column.name.lower() in q.identifiers and ("_" in column.name or len(split_identifier(column.name)) > 1):
+            return 1.0 / len(self._name_tables.get(column.name.lower(), {table.name}))
+        shares = [1.0 / len(self._word_tables.get(w, {table.name}))
+                  for w in _name_words(column.name, column.natural_name) if q.token_match(w) > 0]
+        return sum(shares) / len(shares) if shares else 1.0
+
+    def close(self) -> None:
+        self.values.close()
+
+    # --- join graph ------------------------------------------------------------------------
+
+    def _fk_graph(self) -> dict[str, set[str]]:
+        graph: dict[str, set[str]] = {t.name: set() for t in self.kb.tables}
+        for fk in self.kb.foreign_keys:
+            if fk.table in graph and fk.ref_table in graph and fk.table != fk.ref_table:
+                graph[fk.table].add(fk.ref_table)
+                graph[fk.ref_table].add(fk.table)
+        return graph
+
+    def _path(self, sources: set[str], target: str) -> list[str]:
+        """Shortest FK path from any of ``sources`` to ``target`` (both ends included), or []."""
+        prev: dict[str, str | None] = {s: None for s in sources}
+        queue = deque(sources)
+        while queue:
+            node = queue.popleft()
+            if node == target:
+                path = [node]
+                while prev[path[-1]] is not None:
+                    path.append(prev[path[-1]])
+                return path[::-1]
+            for nxt in sorted(self._graph.get(node, ())):
+                if nxt not in prev:
+                    prev[nxt] = node
+                    queue.append(nxt)
+        return []
+
+    def connect(self, chosen: list[str]) -> list[str]:
+        """Tables to add so that the chosen ones join: bridges on shortest FK paths, in order."""
+        if not chosen:
+            return []
+        tree = {chosen[0]}
+        bridges: list[str] = []
+        for table in chosen[1:]:
+            if table in tree:
+                continue
+            path = self._path(tree, table)
+            for node in path:
+                if node not in tree and node not in chosen:
+                    bridges.append(node)
+                tree.add(node)
+            tree.add(table)
+        return bridges
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    def _embed(self, text: str):
+        from reflect_sql.kb.embedding import embed
+
+        return embed([text])[0]
+
+    @staticmethod
+    def _label_column(table: TableEntry) -> str | None:
+        """The column that names a row: "name"/"title", else the first "..._name"/"...Title"."""
+        words_of = [(c.name, split_identifier(c.name)) for c in table.columns]
+        exact = [n for n, w in words_of if w in (["name"], ["title"])]
+        ending = [n for n, w in words_of if w and w[-1] in ("name", "title")]
+        return (exact or ending or [None])[0]
+
+    def _examples(self, vector) -> tuple[list, dict[str, float], dict[str, float]]:
+        """Nearest verified examples, and what the close ones used (lower-case names -> similarity)."""
+        if not self.kb.examples:
+            return [], {}, {}
+        hits = self.store.example_hits(vector, max(self.weights.examples_shown, 5))
+        by_sql = {e.sql: e for e in self.kb.examples}
+        tables: dict[str, float] = {}
+        columns: dict[str, float] = {}
+        for _, sim, meta in hits:
+            example = by_sql.get(meta.get("sql"))
+            if example is None or sim < self.weights.example_min_similarity:
+                continue
+            for t in example.tables:
+                tables[t.lower()] = max(tables.get(t.lower(), 0.0), sim)
+            for c in example.columns:
+                columns[c.lower()] = max(columns.get(c.lower(), 0.0), sim)
+        return hits, tables, columns
+
+    def retrieve(self, question: str, k: int | None = None, m: int | None = None, evidence: str = "") -> SchemaContext:
+        """The schema context for ``question`` (``evidence``, BIRD's hint, is searched with it)."""
+        w, st = self.weights, self.settings
+        k = st.k_tables if k is None else int(k)
+        m = st.m_columns if m is None else int(m)
+        if k < 1 or m < 0:
+            raise ValueError(f"k must be >= 1 and m >= 0 (got k={k}, m={m})")
+        margin = w.table_margin + w.margin_per_step * max(0, k - st.k_tables) / max(1, st.k_growth)
+        floor = w.column_floor - w.floor_per_step * max(0, m - st.m_columns) / max(1, st.m_growth)
+        text = f"{question} {evidence}".strip()
+        q = _Question(text)
+        vector = self._embed(text)
+        matches = self.values.lookup(text)
+        value_of = {(v.table.lower(), v.column.lower()): v.score for v in matches}
+        hits, example_tables, example_columns = self._examples(vector)
+
+        # Lexical and value evidence for every column (cheap: no embedding involved).
+        evidence_of: dict[str, dict[str, tuple[float, float, float]]] = {}
+        for t in self.kb.tables:
+            evidence_of[t.name] = {
+                c.name: (q.name_coverage(c.name, c.natural_name), self._specific(q, t, c),
+                         value_of.get((t.name.lower(), c.name.lower()), 0.0))
+                for c in t.columns}
+
+        # Step 1: tables.
+        table_sim = self.store.similarities(GLOBAL, vector)
+        scores: dict[str, float] = {}
+        strong: dict[str, bool] = {}
+        named: dict[str, float] = {}
+        for t in self.kb.tables:
+            ev = evidence_of[t.name].values()
+            named[t.name] = q.name_coverage(t.name, t.natural_name)
+            best_name = max((n * s for n, s, _ in ev), default=0.0)
+            best_value = max((v for _, _, v in ev), default=0.0)
+            scores[t.name] = (table_sim.get(t.name, 0.0) + w.table_name * named[t.name] + w.table_column * best_name
+                              + w.table_value * best_value + w.example * example_tables.get(t.name.lower(), 0.0))
+            strong[t.name] = (named[t.name] >= w.strong_table_name or best_name >= w.strong_column_name
+                              or best_value >= w.strong_value or t.name.lower() in example_tables)
+        ranked = sorted((t.name for t in self.kb.tables), key=lambda n: (-scores[n], n))
+        top = scores[ranked[0]] if ranked else 0.0
+        chosen = [n for i, n in enumerate(ranked[:k]) if i == 0 or strong[n] or scores[n] >= top - margin]
+        bridges = self.connect(chosen)
+        selected = chosen + bridges
+        selected_set = set(selected)
+
+        # Join edges among the selected tables; their key columns are always kept.
+        joins = [JoinEdge(fk.table, fk.columns, fk.ref_table, fk.ref_columns) for fk in self.kb.foreign_keys
+                 if fk.table in selected_set and fk.ref_table in selected_set]
+        join_keys = {(j.table, c) for j in joins for c in j.columns} | {(j.ref_table, c) for j in joins for c in j.ref_columns}
+        references = {(j.table, c): f"{j.ref_table}({r})" for j in joins for c, r in zip(j.columns, j.ref_columns)}
+
+        # Step 2: columns within each selected table.
+        entries = []
+        for name in selected:
+            table = self.kb.table(name)
+            sims = self.store.similarities(collection_for_table(table.name), vector)
+            label = self._label_column(table) if named[name] >= 0.99 else None
+            kept, rest = [], []
+            for c in table.columns:
+                name_cov, _, value = evidence_of[name][c.name]
+                example = example_columns.get(f"{table.name}.{c.name}".lower(), 0.0)
+                score = (sims.get(c.name, 0.0) + w.column_name * name_cov + w.column_value * value
+                         + w.label * (c.name == label) + w.example * example)
+                why = [r for r, on in (("name", name_cov > 0 or c.name == label), ("value", value > 0),
+                                       ("example", example > 0)) if on]
+                if (name, c.name) in join_keys:
+                    kept.append((score, c, ["join"] + why))
+                elif c.primary_key and len(selected) == 1:
+                    kept.append((score, c, ["key"] + why))
+                else:
+                    rest.append((score, c, why or ["semantic"]))
+            rest.sort(key=lambda x: -x[0])
+            kept += [x for x in rest[:m] if x[0] >= floor]
+            order = {c.name: i for i, c in enumerate(table.columns)}
+            kept.sort(key=lambda x: order[x[1].name])
+            entries.append(ContextTable(
+                name=table.name, description=table.description, score=scores[name], bridge=name in bridges,
+                total_columns=len(table.columns),
+                columns=[self._context_column(c, s, why, references.get((name, c.name))) for s, c, why in kept]))
+
+        shown_examples = [ExampleHit(meta.get("text", ""), meta.get("sql", ""), sim) for _, sim, meta in hits
+                          if sim >= w.example_show_similarity][: w.examples_shown]
+        kept_values = [v for v in matches if v.table in selected_set]
+        terms = {t: d for t, d in self.kb.terms.items() if f" {fold(t)} " in f" {fold(text)} "}
+        return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
+                             values=kept_values, examples=shown_examples, terms=terms)
+
+    @staticmethod
+    def _context_column(c: ColumnEntry, score: float, why: list[str], ref: str | None) -> ContextColumn:
+        value_note = c.value_description
+        if value_note:
+            value_note = re.sub(r"(?i)commonsense (evidence|reasoning)\s*:?", " ", value_note).strip()
+        return ContextColumn(name=c.name, type=c.type, primary_key=c.primary_key, references=ref,
+                             description=c.description, value_note=value_note, samples=list(c.samples),
+                             score=score, why=why)
+

@@ -1,0 +1,144 @@
+"""The chroma side of a KB directory: one collection of tables, one per table of its columns, one
+of verified examples, all in cosine space and embedded by ``embedding.MiniLMEmbedding``.
+
+Each document's metadata carries the hash of its text; ``sync`` embeds only documents whose hash
+changed and deletes the ones that vanished. A manifest of the synced hashes lets an unchanged
+rebuild return without importing chromadb or the embedder at all.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from reflect_sql.kb.documents import Document
+
+MANIFEST = "index.json"
+CHROMA_DIR = "chroma"
+
+
+@dataclass
+class SyncReport:
+    embedded: int = 0
+    deleted: int = 0
+    collections_dropped: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.embedded or self.deleted or self.collections_dropped)
+
+
+_clients: dict[str, object] = {}
+
+
+def client(kb_path: Path):
+    """One PersistentClient per directory per process (chroma refuses differing settings twice)."""
+    key = str((kb_path / CHROMA_DIR).resolve())
+    if key not in _clients:
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        _clients[key] = chromadb.PersistentClient(path=key, settings=ChromaSettings(anonymized_telemetry=False))
+    return _clients[key]
+
+
+def _collection(chroma, name: str):
+    from reflect_sql.kb.embedding import MiniLMEmbedding
+
+    return chroma.get_or_create_collection(
+        name, embedding_function=MiniLMEmbedding(), configuration={"hnsw": {"space": "cosine"}})
+
+
+class Store:
+    def __init__(self, kb_path: str | Path):
+        self.path = Path(kb_path)
+
+    def _manifest(self) -> dict[str, dict[str, str]]:
+        path = self.path / MANIFEST
+        if not path.is_file():
+            return {}
+        try:
+            return json.loads(path.read_text(encoding="utf-8")).get("collections", {})
+        except json.JSONDecodeError:
+            return {}
+
+    def up_to_date(self, wanted: dict[str, list[Document]]) -> bool:
+        hashes = {name: {d.id: d.hash for d in docs} for name, docs in wanted.items()}
+        return hashes == self._manifest() and (self.path / CHROMA_DIR).is_dir()
+
+    def sync(self, wanted: dict[str, list[Document]]) -> SyncReport:
+        report = SyncReport()
+        if self.up_to_date(wanted):
+            return report
+        from reflect_sql.kb.embedding import embed
+
+        chroma = client(self.path)
+        existing_names = {c if isinstance(c, str) else c.name for c in chroma.list_collections()}
+        pending: list[tuple[object, Document]] = []
+        for name, docs in wanted.items():
+            collection = _collection(chroma, name)
+            stored = collection.get(include=["metadatas"]) if name in existing_names else {"ids": [], "metadatas": []}
+            have = {i: (m or {}).get("hash") for i, m in zip(stored["ids"], stored["metadatas"])}
+            ids = {d.id for d in docs}
+            gone = [i for i in have if i not in ids]
+            if gone:
+                collection.delete(ids=gone)
+                report.deleted += len(gone)
+            pending += [(collection, d) for d in docs if have.get(d.id) != d.hash]
+        for name in existing_names - set(wanted):
+            chroma.delete_collection(name)
+            report.collections_dropped += 1
+        if pending:
+            # One embedding call for everything that changed: batches fill up across collections.
+            vectors = embed([d.text for _, d in pending])
+            by_collection: dict[int, tuple[object, list[int]]] = {}
+            for i, (collection, _) in enumerate(pending):
+                by_collection.setdefault(id(collection), (collection, []))[1].append(i)
+            for collection, rows in by_collection.values():
+                collection.upsert(
+                    ids=[pending[i][1].id for i in rows],
+                    documents=[pending[i][1].text for i in rows],
+                    embeddings=[vectors[i].tolist() for i in rows],
+                    metadatas=[{**pending[i][1].metadata, "hash": pending[i][1].hash} for i in rows],
+                )
+            report.embedded = len(pending)
+        manifest = {"embedder": "reflect-sql-minilm",
+                    "collections": {name: {d.id: d.hash for d in docs} for name, docs in wanted.items()}}
+        (self.path / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+        return report
+
+    def similarities(self, collection_name: str, query_vector, n: int | None = None) -> dict[str, float]:
+        """``{document id: cosine similarity}`` for the ``n`` nearest documents (all by default)."""
+        chroma = client(self.path)
+        try:
+            collection = chroma.get_collection(collection_name, embedding_function=_ef())
+        except Exception:  # chroma raises NotFoundError or ValueError depending on version
+            return {}
+        count = collection.count()
+        if not count:
+            return {}
+        result = collection.query(query_embeddings=[list(map(float, query_vector))],
+                                  n_results=min(n or count, count), include=["distances"])
+        return {i: 1.0 - d for i, d in zip(result["ids"][0], result["distances"][0])}
+
+    def example_hits(self, query_vector, n: int) -> list[tuple[str, float, dict]]:
+        """(document id, similarity, metadata) of the nearest verified examples."""
+        chroma = client(self.path)
+        try:
+            collection = chroma.get_collection("examples", embedding_function=_ef())
+        except Exception:
+            return []
+        count = collection.count()
+        if not count or n <= 0:
+            return []
+        result = collection.query(query_embeddings=[list(map(float, query_vector))],
+                                  n_results=min(n, count), include=["distances", "metadatas", "documents"])
+        return [(i, 1.0 - d, {**(m or {}), "text": doc})
+                for i, d, m, doc in zip(result["ids"][0], result["distances"][0], result["metadatas"][0],
+                                        result["documents"][0])]
+
+
+def _ef():
+    from reflect_sql.kb.embedding import MiniLMEmbedding
+
+    return MiniLMEmbedding()

@@ -1,0 +1,237 @@
+"""The value index: which table.column holds a literal the question mentions.
+
+Distinct text values are stored folded (case, accents, punctuation) in an SQLite file in the KB
+directory. A question is cut into word spans; a span equal to a folded value is an exact hit (an
+indexed SQL lookup). A longer span that is no exact hit is looked up in a trigram index (built in
+memory from the file on first use): the values sharing most trigrams with it are compared
+character by character, which tolerates small typos ("Magnito" finds "Magneto"). Ids, dates,
+numbers and long free text are not indexed: a question never quotes them as names.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import sqlite3
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Iterable
+
+from reflect_sql.kb.text import STOPWORDS, fold, split_identifier
+
+MAX_VALUE_CHARS = 80  # longer values are free text: a question does not quote them whole
+MAX_SPAN_WORDS = 6
+MIN_TYPO_CHARS = 5  # shorter spans only match exactly; trigrams cannot tell short words apart
+TYPO_RATIO = 0.82
+MAX_CANDIDATES = 25
+
+_DATE = re.compile(r"^\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?([ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)?$|^\d{1,2}:\d{2}(:\d{2})?$")
+_HAS_LETTER = re.compile(r"[^\W\d_]")
+_TEXT_TYPES = ("CHAR", "TEXT", "CLOB", "STRING", "VARCHAR", "NAME", "ENUM")
+_DATE_TYPES = ("DATE", "TIME")
+
+
+@dataclass(frozen=True)
+class ValueMatch:
+    table: str
+    column: str
+    value: str  # the stored value (an alias resolves to the value it stands for)
+    span: str  # the question's words that matched, folded
+    score: float  # 1.0 exact; lower for typo-tolerant matches
+    alias: str | None = None
+
+    def to_json(self) -> dict:
+        out = {"table": self.table, "column": self.column, "value": self.value, "matched": self.span,
+               "score": round(self.score, 3)}
+        if self.alias:
+            out["alias"] = self.alias
+        return out
+
+
+def looks_like_id(column: str) -> bool:
+    parts = split_identifier(column)
+    return bool(parts) and parts[-1] in {"id", "ids", "uuid", "guid", "key", "pk", "fk"}
+
+
+def indexable_column(name: str, type_: str, samples: list) -> bool:
+    """Text-like columns only; not ids, not dates (by type or by the look of the samples)."""
+    upper = (type_ or "").upper()
+    if looks_like_id(name) or any(t in upper for t in _DATE_TYPES):
+        return False
+    if upper and not any(t in upper for t in _TEXT_TYPES):
+        return False
+    texts = [s for s in samples if isinstance(s, str)]
+    if samples and not texts:
+        return False  # declared loosely (SQLite) but holds numbers
+    if texts and sum(bool(_DATE.match(s.strip())) for s in texts) * 2 > len(texts):
+        return False
+    return True
+
+
+def indexable_value(value) -> bool:
+    if not isinstance(value, str):
+        return False
+    value = value.strip()
+    return 0 < len(value) <= MAX_VALUE_CHARS and bool(_HAS_LETTER.search(value)) and not _DATE.match(value)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS vals(id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, col TEXT NOT NULL,
+    value TEXT NOT NULL, norm TEXT NOT NULL, alias TEXT);
+CREATE INDEX IF NOT EXISTS vals_norm ON vals(norm);
+"""
+
+
+def _trigrams(text: str) -> set[str]:
+    return {text[i:i + 3] for i in range(len(text) - 2)}
+
+
+def fingerprint(rows: Iterable[tuple[str, str, str, str | None]]) -> str:
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update("\x1f".join("\x00" if x is None else x for x in row).encode("utf-8", "surrogatepass"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+class ValueIndex:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.RLock()
+        self._grams: dict[str, list[int]] | None = None
+        self._rows: dict[int, tuple[str, str, str, str, str | None]] = {}
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # One retriever may be shared by worker threads: a lock, not thread affinity, guards it.
+            self._conn = sqlite3.connect(self.path, check_same_thread=False)
+            self._conn.executescript(_SCHEMA)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._grams = None
+        self._rows = {}
+
+    def _trigram_index(self) -> dict[str, list[int]]:
+        if self._grams is None:
+            grams: dict[str, list[int]] = {}
+            rows = self._connect().execute("SELECT id, tbl, col, value, norm, alias FROM vals")
+            for row_id, tbl, col, value, norm, alias in rows:
+                self._rows[row_id] = (tbl, col, value, norm, alias)
+                for g in _trigrams(norm):
+                    grams.setdefault(g, []).append(row_id)
+            self._grams = grams
+        return self._grams
+
+    def _similar(self, span: str) -> list[tuple[str, str, str, str, str | None]]:
+        """The values sharing most trigrams with ``span`` and of a comparable length."""
+        grams = self._trigram_index()
+        counts = Counter(chain.from_iterable(grams.get(g, ()) for g in _trigrams(span)))
+        # A typo changes at most ~3 trigrams of a word; fewer shared ones cannot reach TYPO_RATIO.
+        need = max(1, len(span) - 2 - 3 * max(1, len(span) // 8))
+        lo, hi = 0.75 * len(span), 1.34 * len(span)
+        best = sorted((c for c in counts.items() if c[1] >= need and lo <= len(self._rows[c[0]][3]) <= hi),
+                      key=lambda c: -c[1])[:MAX_CANDIDATES]
+        return [self._rows[row_id] for row_id, _ in best]
+
+    def stored_fingerprint(self, kind: str) -> str | None:
+        if not self.path.is_file():
+            return None
+        row = self._connect().execute("SELECT value FROM meta WHERE key = ?", (f"fingerprint:{kind}",)).fetchone()
+        return row[0] if row else None
+
+    def replace_values(self, rows: list[tuple[str, str, str]]) -> bool:
+        """Make the index hold exactly these (table, column, value) rows read from the database.
+
+        Returns False, touching nothing, when it already holds them.
+        """
+        return self._replace("values", [(t, c, v, None) for t, c, v in rows])
+
+    def replace_aliases(self, rows: list[tuple[str, str, str, str]]) -> bool:
+        """Make the index hold exactly these (table, column, value, alias) rows: an alias is found
+        like a value and reports the value it stands for."""
+        return self._replace("aliases", rows)
+
+    def _replace(self, kind: str, rows: list[tuple[str, str, str, str | None]]) -> bool:
+        fp = fingerprint(rows)
+        if fp == self.stored_fingerprint(kind):
+            return False
+        conn = self._connect()
+        self._grams, self._rows = None, {}
+        with conn:
+            conn.execute(f"DELETE FROM vals WHERE alias IS {'NULL' if kind == 'values' else 'NOT NULL'}")
+            conn.executemany(
+                "INSERT INTO vals(tbl, col, value, norm, alias) VALUES (?, ?, ?, ?, ?)",
+                [(t, c, v, fold(a if a is not None else v), a) for t, c, v, a in rows],
+            )
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"fingerprint:{kind}", fp))
+        return True
+
+    def size(self) -> int:
+        if not self.path.is_file():
+            return 0
+        return self._connect().execute("SELECT count(*) FROM vals").fetchone()[0]
+
+    def columns_holding(self, value: str) -> list[tuple[str, str, str]]:
+        """(table, column, stored value) of every value that folds to the same key as ``value``."""
+        if not self.path.is_file():
+            return []
+        rows = self._connect().execute(
+            "SELECT DISTINCT tbl, col, value FROM vals WHERE norm = ? AND alias IS NULL", (fold(value),))
+        return [tuple(r) for r in rows]
+
+    def lookup(self, question: str, limit: int = 20) -> list[ValueMatch]:
+        """Values the question mentions, best first, at most one per column."""
+        if not self.path.is_file():
+            return []
+        with self._lock:
+            return self._lookup(question, limit)
+
+    def _lookup(self, question: str, limit: int) -> list[ValueMatch]:
+        conn = self._connect()
+        tokens = fold(question).split()
+        spans: dict[str, None] = {}
+        for n in range(MAX_SPAN_WORDS, 0, -1):
+            for i in range(len(tokens) - n + 1):
+                words = tokens[i:i + n]
+                if all(w in STOPWORDS or w.isdigit() for w in words) or words[0] in STOPWORDS and n > 1:
+                    continue
+                span = " ".join(words)
+                if len(span) >= 2:
+                    spans.setdefault(span)
+        best: dict[tuple[str, str], ValueMatch] = {}
+
+        def offer(table, column, value, span, score, alias):
+            key = (table, column)
+            if key not in best or score > best[key].score:
+                best[key] = ValueMatch(table, column, value, span, score, alias)
+
+        span_list = list(spans)
+        exact_hit: set[str] = set()
+        for chunk_start in range(0, len(span_list), 500):
+            chunk = span_list[chunk_start:chunk_start + 500]
+            marks = ",".join("?" * len(chunk))
+            for tbl, col, value, norm, alias in conn.execute(
+                    f"SELECT tbl, col, value, norm, alias FROM vals WHERE norm IN ({marks})", chunk):
+                exact_hit.add(norm)
+                offer(tbl, col, value, norm, 1.0, alias)
+        for span in span_list:
+            if span in exact_hit or len(span) < MIN_TYPO_CHARS or len(span.split()) > 3:
+                continue
+            if any(span in hit for hit in exact_hit):
+                continue  # a longer exact hit already explains these words
+            rows = self._similar(span)
+            for tbl, col, value, norm, alias in rows:
+                ratio = difflib.SequenceMatcher(None, span, norm, autojunk=False).ratio()
+                if ratio >= TYPO_RATIO:
+                    offer(tbl, col, value, span, ratio * 0.9, alias)
+        return sorted(best.values(), key=lambda m: (-m.score, -len(m.span), m.table, m.column))[:limit]

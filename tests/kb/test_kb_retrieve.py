@@ -1,0 +1,79 @@
+"""Two-step retrieval: FK bridges, key columns, widening, and the rendered schema context."""
+from __future__ import annotations
+
+import pytest
+
+from reflect_sql.kb.build import build_kb
+from reflect_sql.kb.retrieve import Retriever
+
+
+@pytest.fixture()
+def school(school_db, tmp_path, settings):
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    retriever = Retriever(tmp_path / "kb", settings)
+    yield retriever
+    retriever.close()
+
+
+def test_fk_expansion_brings_in_the_bridge_of_a_two_hop_join(school):
+    question = "Which students take Thermodynamics?"
+    context = school.retrieve(question, k=2)
+    # The question names neither the enrollment table nor its columns; only the join needs it.
+    assert set(context.tables) == {"student", "course", "enrollment"}
+    enrollment = context.table("enrollment")
+    assert enrollment.bridge and not context.table("student").bridge
+    assert {"enrollment.student_ref", "enrollment.course_ref", "student.student_id", "course.course_id"} <= set(context.columns)
+    assert {j.render() for j in context.joins} == {"enrollment.student_ref = student.student_id",
+                                                   "enrollment.course_ref = course.course_id"}
+    # k=1: one table, nothing to join.
+    lone = school.retrieve(question, k=1)
+    assert len(lone.tables) == 1 and lone.joins == []
+
+
+def test_bridge_on_a_real_schema(superhero):
+    context = superhero.retrieve("Please list all the superpowers of 3-D Man.")
+    assert {"superhero", "superpower", "hero_power"} <= set(context.tables)
+    assert context.table("hero_power").bridge
+    assert "superpower.power_name" in context.columns and "superhero.superhero_name" in context.columns
+    assert [(v.column, v.value) for v in context.values] == [("superhero_name", "3-D Man")]
+
+
+def test_columns_are_bounded_by_m_and_widening_adds_context(superhero):
+    question = "What is the average weight of the superheroes with blue eyes?"
+    narrow = superhero.retrieve(question, k=1, m=1)
+    table = narrow.entries[0]
+    non_keys = [c for c in table.columns if "join" not in c.why and "key" not in c.why]
+    assert len(non_keys) <= 1
+    wide = superhero.retrieve(question, k=6, m=8)
+    assert set(narrow.columns) < set(wide.columns)
+    assert set(narrow.tables) <= set(wide.tables)
+    with pytest.raises(ValueError):
+        superhero.retrieve(question, k=0)
+
+
+def test_render_is_create_table_like_with_meanings_and_samples(superhero):
+    context = superhero.retrieve("Provide the full names of vampire heroes. vampire heroes refers to race = 'Vampire'")
+    text = context.render()
+    assert "CREATE TABLE superhero (" in text and "CREATE TABLE race (" in text
+    assert "full_name TEXT, -- the full name of the superhero" in text
+    assert "race_id INTEGER REFERENCES race(id)" in text
+    assert "'Vampire'" in text  # the matched value is shown first among the samples
+    assert "-- Join paths: superhero.race_id = race.id" in text
+    data = context.to_json()
+    assert set(data) >= {"tables", "columns", "values"}
+    assert all("." in c for c in data["columns"])
+    assert data["values"][0]["value"] == "Vampire"
+
+
+@pytest.mark.postgres
+def test_build_and_retrieve_on_postgresql(bird_pg, benchmarks_dir, tmp_path, settings):
+    bird = benchmarks_dir / "bird"
+    report = build_kb(bird_pg["superhero"], tmp_path / "kb", settings,
+                      descriptions=bird / "dev_databases" / "superhero" / "database_description",
+                      tables_json=bird / "dev_tables.json", db_id="superhero")
+    assert report.tables == 10 and report.values_indexed > 1000
+    retriever = Retriever(tmp_path / "kb", settings)
+    context = retriever.retrieve("Please list all the superpowers of 3-D Man.")
+    assert {"superhero", "superpower", "hero_power"} <= set(context.tables)
+    assert context.dialect == "postgres" and context.values[0].value == "3-D Man"
+    retriever.close()
