@@ -33,12 +33,10 @@ models: setup
 	$(BIN)/reflect-sql models ensure --model qwen2.5-coder-1.5b
 	$(BIN)/reflect-sql models ensure --model qwen2.5-coder-0.5b
 
-demo: models $(DEMO_DB)
-	$(BIN)/reflect-sql db schema --db $(DEMO_DB)
-	$(BIN)/reflect-sql db sql --db $(DEMO_DB) "SELECT c.name AS category, COUNT(*) AS dishes FROM menu_items m JOIN categories c ON c.id = m.category_id GROUP BY c.name ORDER BY dishes DESC"
-
-$(DEMO_DB): | $(STAMP)/installed
-	$(BIN)/reflect-sql demo-db create --out $(DEMO_DB)
+# The paper's restaurant questions, answered by the embedded model with their traces.
+demo: models
+	$(BIN)/reflect-sql demo-db create --out $(DEMO_DB) --if-missing
+	$(BIN)/reflect-sql demo --db $(DEMO_DB) --kb-dir $(DEMO_KB)
 
 test: models
 	$(BIN)/pytest

@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "reflect_sql.cli.db_cmd",
     "reflect_sql.cli.models_cmd",
     "reflect_sql.cli.demo_db_cmd",
+    "reflect_sql.cli.demo_cmd",
     "reflect_sql.cli.kb_cmd",
     "reflect_sql.cli.ask_cmd",
     "reflect_sql.cli.eval_cmd",
