@@ -1,0 +1,96 @@
+"""Ablation sets: run several configs on the same questions and tabulate them as the paper does.
+
+    name: paper-ablation
+    baseline: full                 # the variant Δ is measured against (default: the first)
+    variants: [full.yaml, no_sql_reflection.yaml, no_entailment.yaml, no_retrieval_loop.yaml, single_pass.yaml]
+
+Variant paths are relative to the set file. ``--set``/``--limit`` apply to every variant, so the
+variants always see the same questions. Each variant evaluates into ``<out>/<variant name>`` (and
+so resumes there), and is an MLflow run nested under the set's run (all logged at the end). The set writes
+``ablation.md`` (Simple / Moderate / Challenging / Overall / Δ vs full), ``ablation.json``,
+``charts/ablation.png`` and ``charts/accuracy_vs_cost.png``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from reflect_sql.errors import UserError
+from reflect_sql.experiments.config import EvalConfig, load_config
+from reflect_sql.experiments.report import ablation_bar_chart, ablation_markdown, accuracy_cost_chart
+
+
+def load_ablation(path: str | Path, sets: list[str] | None = None, limit: int | None = None) -> tuple[str, str, list[EvalConfig]]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise UserError(f"ablation file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"ablation file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("variants"), list) or not data["variants"]:
+        raise UserError(f"{path}: an ablation set needs a non-empty 'variants' list of config files")
+    unknown = set(data) - {"name", "baseline", "variants", "description"}
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    configs = [load_config(path.parent / str(v), sets, limit=limit) for v in data["variants"]]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise UserError(f"{path}: variant names repeat ({', '.join(names)}); give each config its own name")
+    baseline = str(data.get("baseline") or names[0])
+    if baseline not in names:
+        raise UserError(f"{path}: baseline {baseline!r} is not one of the variants ({', '.join(names)})")
+    selections = {json.dumps(c.dataset.to_json(), sort_keys=True) for c in configs}
+    if len(selections) != 1:
+        raise UserError(f"{path}: the variants select different questions; an ablation compares them on the same ones")
+    return str(data.get("name") or path.stem), baseline, configs
+
+
+def run_ablation(
+    path: str | Path,
+    out: str | Path,
+    *,
+    sets: list[str] | None = None,
+    limit: int | None = None,
+    mlflow: bool = True,
+    progress: bool = True,
+    factory_for: Callable[[EvalConfig, Path], Any] | None = None,
+) -> dict[str, Any]:
+    """Run every variant (resuming any finished part) and write the table and charts."""
+    from reflect_sql.experiments.runner import run_eval
+
+    name, baseline, configs = load_ablation(path, sets, limit)
+    out = Path(out)
+    (out / "charts").mkdir(parents=True, exist_ok=True)
+    use_mlflow = mlflow and configs[0].mlflow_enabled
+    if use_mlflow:
+        from reflect_sql.experiments import tracking
+
+        tracking.enable_autolog(configs[0])
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for config in configs:
+        run_dir = out / config.name
+        factory = factory_for(config, run_dir) if factory_for else None
+        rows.append((config.name, run_eval(config, run_dir, factory, progress=progress)))
+    table = ablation_markdown(rows, baseline)
+    (out / "ablation.md").write_text(f"# {name}\n\n{table}", encoding="utf-8")
+    (out / "ablation.json").write_text(json.dumps({"name": name, "baseline": baseline, "variants": dict(rows)},
+                                                  indent=2) + "\n", encoding="utf-8")
+    ablation_bar_chart(rows, out / "charts" / "ablation.png")
+    accuracy_cost_chart(rows, out / "charts" / "accuracy_vs_cost.png")
+    # Logged once everything is finished, so a killed (and later resumed) ablation leaves no
+    # half-open runs behind.
+    if use_mlflow:
+        import mlflow as mlf
+
+        with tracking.parent_run(configs[0], name):
+            for config, (_, summary) in zip(configs, rows):
+                tracking.log_eval(config, out / config.name, summary, nested=True)
+            mlf.log_artifact(str(out / "ablation.md"))
+            mlf.log_artifact(str(out / "ablation.json"))
+            mlf.log_artifacts(str(out / "charts"), artifact_path="charts")
+            mlf.log_params({"baseline": baseline, "variants": ",".join(n for n, _ in rows)})
+    return {"name": name, "baseline": baseline, "table": table, "variants": dict(rows)}

@@ -1,0 +1,107 @@
+"""The real program for each question: engine, knowledge base and ``build_program``, per database.
+
+Knowledge bases are built once per database into a cache directory and reused by later runs
+(``kb.cache``; the build is incremental and skips unchanged work). A run that may enrich its KB
+(``use_enrichment``) works on its own copy under ``<out>/kb/<db_id>``: what one run learns never
+leaks into another run or ablation variant, and a resumed run continues with what it had learned.
+
+Engines, retrievers and programs are not shared between threads: each worker thread gets its own
+per database. LMs are built once (their engines serialise access to the embedded model).
+"""
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from reflect_sql.experiments.config import EvalConfig
+from reflect_sql.experiments.datasets import Question
+
+
+class PipelineFactory:
+    def __init__(self, config: EvalConfig, out: str | Path, program_path: str | Path | None = None, lms: tuple | None = None):
+        import dspy
+
+        from reflect_sql.lm.factory import configure_lms
+        from reflect_sql.lm.failures import make_adapter
+
+        self.config = config
+        self.settings = config.settings
+        self.out = Path(out)
+        self.program_path = Path(program_path) if program_path else None
+        if self.program_path is not None and not self.program_path.is_file():
+            from reflect_sql.errors import UserError
+
+            raise UserError(f"compiled program not found: {self.program_path}")
+        self.generator_lm, self.judge_lm = lms or configure_lms(self.settings)
+        # Worker threads see what dspy.configure set (dspy.context would stay in this thread).
+        dspy.configure(lm=self.generator_lm, adapter=make_adapter(self.settings))
+        self._local = threading.local()
+        self._kb_lock = threading.Lock()
+        self._kb_ready: dict[str, Path] = {}
+        self._opened: list[Any] = []
+        self._opened_lock = threading.Lock()
+
+    # --- knowledge bases ------------------------------------------------------------------
+
+    def kb_dir(self, q: Question) -> Path:
+        """Build (or refresh) the cached KB of q's database once per run; copy it for this run if it may learn."""
+        from reflect_sql.kb.build import build_kb
+
+        with self._kb_lock:
+            if q.db_id in self._kb_ready:
+                return self._kb_ready[q.db_id]
+            cache = self.config.kb_cache / self.config.dataset.format / q.db_id
+            run_copy = self.out / "kb" / q.db_id
+            if not (self.settings.use_enrichment and run_copy.exists()):
+                build_kb(str(q.db_path), cache, self.settings,
+                         descriptions=q.descriptions_dir, tables_json=q.tables_json, db_id=q.db_id)
+            target = cache
+            if self.settings.use_enrichment:
+                if not run_copy.exists():
+                    shutil.copytree(cache, run_copy)
+                target = run_copy
+            self._kb_ready[q.db_id] = target
+            return target
+
+    # --- per-thread programs --------------------------------------------------------------
+
+    def _build(self, q: Question) -> Callable[..., Any]:
+        from reflect_sql.db import open_engine
+        from reflect_sql.programs.build import build_program
+        from reflect_sql.programs.retriever import SchemaRetriever
+
+        engine = open_engine(q.db_path, self.settings)
+        if self.config.kb_enabled:
+            from reflect_sql.kb.retrieve import Retriever
+
+            retriever = Retriever(self.kb_dir(q), self.settings)
+        else:
+            retriever = SchemaRetriever(engine.introspect(str(q.tables_json) if q.tables_json else None, q.db_id))
+        with self._opened_lock:
+            self._opened += [engine, retriever]
+        program = build_program(self.settings, engine, retriever, mode=self.config.mode,
+                                generator_lm=self.generator_lm, judge_lm=self.judge_lm)
+        if self.program_path is not None:
+            program.load(str(self.program_path))
+        return program
+
+    def __call__(self, q: Question) -> Callable[..., Any]:
+        programs = getattr(self._local, "programs", None)
+        if programs is None:
+            programs = self._local.programs = {}
+        if q.db_id not in programs:
+            programs[q.db_id] = self._build(q)
+        return programs[q.db_id]
+
+    def close(self) -> None:
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for thing in opened:
+            close = getattr(thing, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - closing is best effort at the end of a run
+                    pass

@@ -1,0 +1,86 @@
+"""The per-question results file of a run: append-only JSONL that survives being killed.
+
+Each finished question is one line, written whole, flushed and fsynced before the next one, so a
+kill loses at most the line being written. On reopening, a truncated last line is cut off (the
+question reruns), and a question found twice keeps its first line, so nothing is lost or doubled.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from reflect_sql.errors import UserError
+
+
+class ResultsLog:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.records: dict[str, dict[str, Any]] = {}
+        self.dropped_partial = False
+        self._recover()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def _recover(self) -> None:
+        if not self.path.exists():
+            return
+        raw = self.path.read_bytes()
+        keep = offset = 0
+        for n, line in enumerate(raw.splitlines(keepends=True), 1):
+            offset += len(line)
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                    key = str(record["question_id"])
+                except (ValueError, KeyError, TypeError):
+                    if raw[offset:].strip():
+                        raise UserError(f"{self.path}: line {n} is corrupt (and not the last line a kill "
+                                        "could have cut); repair or remove the file") from None
+                    self.dropped_partial = True
+                    break
+                self.records.setdefault(key, record)
+            keep = offset
+        if keep < len(raw):
+            with open(self.path, "r+b") as fh:
+                fh.truncate(keep)
+        if keep and not raw[:keep].endswith(b"\n"):
+            # A whole record whose newline the kill cut off: keep it, and end it.
+            with open(self.path, "ab") as fh:
+                fh.write(b"\n")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.records
+
+    def append(self, record: dict[str, Any]) -> None:
+        key = str(record["question_id"])
+        if key in self.records:
+            return
+        line = json.dumps(record, ensure_ascii=False, sort_keys=False)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.records[key] = record
+
+    def rewrite_without(self, keys: set[str]) -> None:
+        """Drop some records (e.g. errored ones to retry), atomically."""
+        self._fh.close()
+        for key in keys:
+            self.records.pop(key, None)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for record in self.records.values():
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "ResultsLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

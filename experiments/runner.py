@@ -1,0 +1,332 @@
+"""Evaluate a program over a dataset: threads, a live progress bar, resumable per-question results.
+
+Output directory:
+  run.json          config, fingerprint and sessions (a rerun with the same --out resumes; a
+                    different config there is refused)
+  results.jsonl     one line per finished question, in finishing order (see ``ResultsLog``)
+  traces/<id>.json  the full trace of each question, written before its results line
+  summary.json      the ``score --json`` keys plus cost, recall and status counts, in question order
+  predict_<split>.json   the official BIRD predictions format (also for Spider, for ``score``)
+  predicted_<split>.sql  Spider only: one SQL per line, the official Spider evaluator's input
+
+The program contract (``programs.build_program``): ``program(question=..., evidence=...)`` returns
+a prediction with ``sql, columns, rows, scores, trace, cost, error, retrieved``; any of them may be
+missing. The program is obtained per question from a factory, so each worker thread and database
+can have its own (engines and retrievers are not shared between threads).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from reflect_sql.errors import UserError
+from reflect_sql.experiments.config import EvalConfig
+from reflect_sql.experiments.datasets import Question
+from reflect_sql.experiments.metrics import (
+    accuracy_table,
+    aggregate_cost,
+    gold_tables_and_columns,
+    match,
+    mean,
+    retrieval_recall,
+    sqlite_mapping,
+)
+from reflect_sql.experiments.predictions import write_bird_predictions
+from reflect_sql.experiments.report import write_run_reports
+from reflect_sql.experiments.results_log import ResultsLog
+from reflect_sql.settings import SettingsError
+
+ProgramFactory = Callable[[Question], Callable[..., Any]]
+RESULTS = "results.jsonl"
+
+
+def _field(pred: Any, name: str, default: Any = None) -> Any:
+    if pred is None:
+        return default
+    if isinstance(pred, dict):
+        return pred.get(name, default)
+    try:
+        value = getattr(pred, name)
+    except (AttributeError, KeyError):
+        return default
+    return default if value is None else value
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if hasattr(value, "to_json"):
+        return _json_safe(value.to_json())
+    if hasattr(value, "model_dump"):
+        return _json_safe(value.model_dump())
+    return str(value)
+
+
+def rows_digest(rows: Any) -> str | None:
+    """A short hash of the rows the program returned, in order: equal digests, equal answers."""
+    if rows is None:
+        return None
+    text = json.dumps(_json_safe(list(rows)), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def trace_steps(trace: Any) -> list[dict[str, Any]]:
+    if trace is None:
+        return []
+    if hasattr(trace, "to_json"):
+        trace = trace.to_json()
+    elif hasattr(trace, "steps"):
+        trace = trace.steps
+    return [_json_safe(s) for s in trace]
+
+
+def summarize_trace(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step loop, round, decision, scores and failure: enough to follow the path taken."""
+    compact = [
+        {k: s.get(k) for k in ("loop", "round", "iteration", "decision", "scores", "failure") if s.get(k) not in (None, "", {})}
+        for s in steps if isinstance(s, dict)
+    ]
+    by_loop = Counter(s.get("loop", "?") for s in compact)
+    rounds = max((s.get("round") or 0 for s in compact), default=0)
+    return {"steps": len(compact), "rounds": rounds, "by_loop": dict(by_loop), "path": compact}
+
+
+def _cost(pred: Any, metered: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """LM calls, tokens and LM seconds as the meter around the question saw them (the program's own
+    ``cost`` when nothing was metered, e.g. a program that does not go through DSPy), and wall time."""
+    source = metered if metered.get("lm_calls") else (_field(pred, "cost") or {})
+    return {
+        "lm_calls": int(source.get("lm_calls") or 0),
+        "prompt_tokens": int(source.get("prompt_tokens") or 0),
+        "completion_tokens": int(source.get("completion_tokens") or 0),
+        "lm_seconds": round(float(metered.get("seconds") or 0.0), 3),
+        "seconds": round(seconds, 3),
+        "cache_hits": int(metered.get("cache_hits") or 0),
+    }
+
+
+def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_timeout_s: float) -> tuple[dict[str, Any], list]:
+    """Run the program on one question and score it; returns the results record and the full trace."""
+    from reflect_sql.lm.accounting import CostMeter
+
+    started = time.perf_counter()
+    pred, exception = None, None
+    with CostMeter() as meter:
+        try:
+            pred = program(question=q.question, evidence=q.evidence)
+        except (UserError, SettingsError):
+            raise  # a configuration problem: every question would fail the same way
+        except Exception as exc:  # noqa: BLE001 - one question failing must not end the run
+            exception = f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - started
+    sql = _field(pred, "sql")
+    verdict = match(fmt, sql, q.gold_sql, q.db_path, score_timeout_s)
+    retrieved = _json_safe(_field(pred, "retrieved"))
+    recall = {"table_recall": None, "column_recall": None}
+    if retrieved:
+        tables, columns = gold_tables_and_columns(q.gold_sql, sqlite_mapping(str(q.db_path)))
+        recall = retrieval_recall(tables, columns, retrieved)
+    steps = trace_steps(_field(pred, "trace"))
+    rows = _field(pred, "rows")
+    record = {
+        "question_id": q.question_id,
+        "index": q.index,
+        "db_id": q.db_id,
+        "difficulty": q.difficulty,
+        "question": q.question,
+        "sql": sql,
+        "correct": verdict.correct,
+        "status": verdict.status,
+        "detail": verdict.detail,
+        "rows_digest": rows_digest(rows),
+        "row_count": None if rows is None else len(rows),
+        "scores": _json_safe(_field(pred, "scores") or {}),
+        "recall": recall,
+        "retrieved": retrieved,
+        "trace": summarize_trace(steps),
+        "cost": _cost(pred, meter.summary(), seconds),
+        # error: what the program reported (e.g. its SQL failed); exception: the program crashed.
+        "error": exception or _field(pred, "error"),
+        "exception": exception,
+    }
+    return record, steps
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _open_run(config: EvalConfig, out: Path) -> dict[str, Any]:
+    meta_path = out / "run.json"
+    fingerprint = config.fingerprint()
+    if meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise UserError(f"{meta_path} is not valid JSON; use another --out") from None
+        if meta.get("fingerprint") != fingerprint:
+            raise UserError(
+                f"{out} holds a run of a different configuration (fingerprint {meta.get('fingerprint')} vs "
+                f"{fingerprint}: mode, dataset or settings differ); use another --out to start a new run"
+            )
+        return meta
+    return {
+        "name": config.name, "fingerprint": fingerprint, "mode": config.mode,
+        "dataset": config.dataset.to_json(), "settings": config.settings.model_dump(mode="json"),
+        "config": str(config.source) if config.source else None, "sessions": [],
+    }
+
+
+def summarize(config: EvalConfig, questions: list[Question], records: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    table = accuracy_table(((r["difficulty"], r["correct"]) for r in records), by_difficulty=config.dataset.format == "bird")
+    return {
+        **table,
+        "cost": aggregate_cost(r.get("cost") for r in records),
+        "recall": {
+            "table": mean(r["recall"].get("table_recall") for r in records),
+            "column": mean(r["recall"].get("column_recall") for r in records),
+        },
+        "statuses": dict(Counter(r["status"] for r in records)),
+        "errors": sum(1 for r in records if r.get("error")),
+        "exceptions": sum(1 for r in records if r.get("exception")),
+        "questions": len(questions),
+        "finished": len(records),
+        "name": config.name,
+        "mode": config.mode,
+        "dataset": config.dataset.to_json(),
+        "fingerprint": meta["fingerprint"],
+        "wall_seconds": round(sum(s.get("seconds", 0.0) for s in meta.get("sessions", [])), 3),
+    }
+
+
+class _Progress:
+    """tqdm bar whose postfix shows the running EX and cost of the finished questions."""
+
+    def __init__(self, total: int, done: Iterable[dict[str, Any]], enabled: bool, name: str):
+        self.correct = self.n = self.calls = self.tokens = 0
+        for r in done:
+            self._count(r)
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=self.n, desc=name, unit="q", dynamic_ncols=True)
+            self._show()
+
+    def _count(self, r: dict[str, Any]) -> None:
+        self.n += 1
+        self.correct += bool(r.get("correct"))
+        cost = r.get("cost") or {}
+        self.calls += cost.get("lm_calls") or 0
+        self.tokens += (cost.get("prompt_tokens") or 0) + (cost.get("completion_tokens") or 0)
+
+    def _show(self) -> None:
+        if self.bar is not None and self.n:
+            self.bar.set_postfix_str(
+                f"EX {100 * self.correct / self.n:.1f}% | {self.calls / self.n:.1f} calls/q | {self.tokens / self.n:.0f} tok/q")
+
+    def update(self, r: dict[str, Any]) -> None:
+        self._count(r)
+        if self.bar is not None:
+            self.bar.update(1)
+            self._show()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_eval(
+    config: EvalConfig,
+    out: str | Path,
+    factory: ProgramFactory | None = None,
+    *,
+    progress: bool = True,
+    retry_errors: bool = False,
+    program_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """Evaluate (or finish evaluating) ``config`` into ``out``; returns the summary."""
+    questions = config.dataset.load()
+    out = Path(out)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    meta = _open_run(config, out)
+    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": 0.0, "evaluated": 0}
+    meta["sessions"].append(session)
+    _write_json(out / "run.json", meta)
+    if factory is None:
+        from reflect_sql.experiments.pipeline import PipelineFactory
+
+        factory = PipelineFactory(config, out, program_path=program_path)
+
+    started = time.perf_counter()
+    with ResultsLog(out / RESULTS) as log:
+        if retry_errors:
+            log.rewrite_without({k for k, r in log.records.items() if r.get("exception")})
+        todo = [q for q in questions if q.key not in log]
+        bar = _Progress(len(questions), (log.records[q.key] for q in questions if q.key in log), progress, config.name)
+
+        def work(q: Question) -> tuple[dict[str, Any], list]:
+            # The program is made inside the question's own error handling: a database that cannot
+            # be opened fails its questions (and is tried again for the next one), not the run.
+            def program(**inputs: Any) -> Any:
+                return factory(q)(**inputs)
+
+            return evaluate_question(config.dataset.format, q, program, config.score_timeout_s)
+
+        pool = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="eval")
+        try:
+            # Submit a bounded window so that an interrupted run has not queued work it never did.
+            pending: dict[Any, Question] = {}
+            queue = iter(todo)
+            for q in queue:
+                pending[pool.submit(work, q)] = q
+                if len(pending) >= config.threads * 2:
+                    break
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    q = pending.pop(future)
+                    record, steps = future.result()
+                    _write_json(out / "traces" / f"{q.key}.json", steps)
+                    log.append(record)
+                    session["evaluated"] += 1
+                    # Kept current, so that a killed session still counts in the run's wall time.
+                    session["seconds"] = round(time.perf_counter() - started, 3)
+                    _write_json(out / "run.json", meta)
+                    bar.update(record)
+                    nxt = next(queue, None)
+                    if nxt is not None:
+                        pending[pool.submit(work, nxt)] = nxt
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            bar.close()
+            if hasattr(factory, "close"):
+                factory.close()
+            session["seconds"] = round(time.perf_counter() - started, 3)
+            _write_json(out / "run.json", meta)
+        records = [log.records[q.key] for q in questions if q.key in log]
+
+    summary = summarize(config, questions, records, meta)
+    _write_json(out / "summary.json", summary)
+    s = config.settings
+    write_run_reports(out, records, summary, {"theta_r": s.theta_r, "theta_s": s.theta_s, "theta_e": s.theta_e})
+    sql_by_key = {str(r["question_id"]): r.get("sql") for r in records}
+    write_bird_predictions(out / f"predict_{config.dataset.split}.json", questions, sql_by_key)
+    if config.dataset.format == "spider":
+        lines = [" ".join((sql_by_key.get(q.key) or "").split()) for q in questions]
+        (out / f"predicted_{config.dataset.split}.sql").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return summary

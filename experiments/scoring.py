@@ -1,0 +1,36 @@
+"""Score a set of predictions against a dataset's gold queries (what ``reflect-sql score`` runs)."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from reflect_sql.experiments.datasets import Question
+from reflect_sql.experiments.metrics import DEFAULT_TIMEOUT_S, Match, accuracy_table, match
+
+
+@dataclass(frozen=True)
+class Scored:
+    question: Question
+    sql: str | None
+    match: Match
+
+
+def score_predictions(
+    fmt: str,
+    questions: list[Question],
+    predictions: Mapping[str, str | None],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    threads: int = 1,
+) -> tuple[dict[str, Any], list[Scored]]:
+    """The ``score --json`` table and one ``Scored`` per question, in question order."""
+
+    def one(q: Question) -> Scored:
+        sql = predictions.get(q.key)
+        return Scored(q, sql, match(fmt, sql, q.gold_sql, q.db_path, timeout_s))
+
+    # sqlite3 releases the GIL while a query runs, so threads overlap the slow queries.
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        scored = list(pool.map(one, questions))
+    table = accuracy_table(((s.question.difficulty, s.match.correct) for s in scored), by_difficulty=fmt == "bird")
+    return table, scored

@@ -1,0 +1,160 @@
+"""The evaluation runner with a fake program: records, summary, predictions, resume, determinism."""
+from __future__ import annotations
+
+import json
+import threading
+
+import dspy
+import pytest
+
+from reflect_sql.errors import UserError
+from reflect_sql.experiments.config import load_config
+from reflect_sql.experiments.predictions import BIRD_SEPARATOR
+from reflect_sql.experiments.results_log import ResultsLog
+from reflect_sql.experiments.runner import run_eval
+
+# What the fake program answers, by question: 10 right, 11 right (duplicates), 12 wrong order is
+# still right for BIRD; 13 raises; question 12 is wrong via a bad column.
+ANSWERS = {
+    "names of fruit": "SELECT name FROM item WHERE kind = 'fruit'",
+    "kinds": "SELECT kind FROM item",
+    "cheapest first": "SELECT nope FROM item",
+}
+
+
+def fake_program(question: str, evidence: str = ""):
+    if question == "explode":
+        raise RuntimeError("boom")
+    sql = ANSWERS[question]
+    return dspy.Prediction(
+        sql=sql, columns=["name"], rows=[("apple",)] if "fruit" in sql else [],
+        scores={"retrieval": 7.0, "semantic": 8.0 if "nope" not in sql else 3.0, "entailment": 4.0},
+        trace=[{"loop": "retrieval", "round": 0, "iteration": 0, "decision": "accept", "scores": {"score_r": 7.0},
+                "inputs": {"big": "x" * 50}}],
+        cost={"lm_calls": 3, "prompt_tokens": 100, "completion_tokens": 20, "seconds": 0.5},
+        error=None, retrieved={"tables": ["item"], "columns": ["item.name"]},
+    )
+
+
+def write_config(tmp_path, root, **extra):
+    lines = ["name: tiny", "dataset:", "  format: bird", f"  root: {root}", "mode: reflect", "threads: 2",
+             "mlflow: {enabled: false}", "settings:", "  theta_r: 5"]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    path = tmp_path / "tiny.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_run_writes_records_summary_and_bird_predictions(tiny_bird, tmp_path):
+    config = load_config(write_config(tmp_path, tiny_bird))
+    assert config.settings.theta_r == 5 and config.threads == 2
+    out = tmp_path / "run"
+    summary = run_eval(config, out, lambda q: fake_program, progress=False)
+    assert summary["overall"] == 66.67 and summary["exceptions"] == 0
+    assert summary["counts"] == {"simple": 1, "moderate": 1, "challenging": 1, "overall": 3}
+    assert summary["cost"]["lm_calls"] == 9 and summary["cost"]["per_question"]["lm_calls"] == 3
+    assert summary["statuses"] == {"correct": 2, "pred_error": 1}
+    # Gold of 10 reads item.name and item.kind; the fake retrieval named item.name only.
+    assert summary["recall"]["table"] == 1.0 and summary["recall"]["column"] < 1.0
+
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["question_id"] for r in records) == [10, 11, 12]
+    r10 = next(r for r in records if r["question_id"] == 10)
+    assert r10["correct"] and r10["rows_digest"] and r10["row_count"] == 1
+    assert r10["trace"]["path"] == [{"loop": "retrieval", "round": 0, "iteration": 0, "decision": "accept",
+                                     "scores": {"score_r": 7.0}}]
+    assert json.loads((out / "traces" / "10.json").read_text())[0]["inputs"]["big"] == "x" * 50
+    preds = json.loads((out / "predict_dev.json").read_text())
+    assert preds["0"] == ANSWERS["names of fruit"] + BIRD_SEPARATOR + "shop"
+    assert json.loads((out / "summary.json").read_text())["overall"] == 66.67
+
+
+def test_program_exception_is_recorded_not_fatal_and_retried_on_request(tiny_bird, tmp_path):
+    data = json.loads((tiny_bird / "dev.json").read_text())
+    data.append({**data[0], "question_id": 13, "question": "explode"})
+    (tiny_bird / "dev.json").write_text(json.dumps(data))
+    config = load_config(write_config(tmp_path, tiny_bird))
+    summary = run_eval(config, tmp_path / "run", lambda q: fake_program, progress=False)
+    assert summary["exceptions"] == 1 and summary["statuses"]["missing"] == 1
+    # Question 12's SQL fails: an error the program reported, not a crash.
+    assert summary["errors"] == 1
+    results = tmp_path / "run" / "results.jsonl"
+    record = [json.loads(l) for l in results.read_text().splitlines() if '"explode"' in l][0]
+    assert record["exception"] == "RuntimeError: boom" and record["correct"] is False
+
+    def fixed(question, evidence=""):
+        return fake_program("names of fruit") if question == "explode" else fake_program(question)
+
+    summary = run_eval(config, tmp_path / "run", lambda q: fixed, progress=False, retry_errors=True)
+    assert summary["exceptions"] == 0 and summary["counts"]["overall"] == 4 and summary["overall"] == 75.0
+    assert sorted(json.loads(l)["question_id"] for l in results.read_text().splitlines()) == [10, 11, 12, 13]
+
+
+def test_rerun_resumes_without_repeating_and_is_deterministic(tiny_bird, tmp_path):
+    config = load_config(write_config(tmp_path, tiny_bird), limit=2)
+    calls = []
+    lock = threading.Lock()
+
+    def counting(q):
+        def program(**kw):
+            with lock:
+                calls.append(q.key)
+            return fake_program(**kw)
+        return program
+
+    first = run_eval(config, tmp_path / "run", counting, progress=False)
+    assert sorted(calls) == ["10", "11"] and first["counts"]["overall"] == 2
+    full = load_config(write_config(tmp_path, tiny_bird))
+    second = run_eval(full, tmp_path / "run", counting, progress=False)
+    assert sorted(calls) == ["10", "11", "12"]  # only the new question ran
+    lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    again = run_eval(full, tmp_path / "run2", lambda q: fake_program, progress=False)
+    strip = lambda s: {k: v for k, v in s.items() if k not in ("wall_seconds", "cost", "fingerprint")}
+    assert strip(second) == strip(again)
+
+
+def test_resume_refuses_a_different_configuration(tiny_bird, tmp_path):
+    run_eval(load_config(write_config(tmp_path, tiny_bird)), tmp_path / "run", lambda q: fake_program, progress=False)
+    other = load_config(write_config(tmp_path, tiny_bird), ["theta_r=6"])
+    with pytest.raises(UserError, match="different configuration"):
+        run_eval(other, tmp_path / "run", lambda q: fake_program, progress=False)
+
+
+def test_results_log_recovers_from_a_cut_last_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"question_id": 1, "sql": "a"}\n{"question_id": 2, "sql": "b"}\n{"question_id": 3, "sq')
+    with ResultsLog(path) as log:
+        assert set(log.records) == {"1", "2"} and log.dropped_partial
+        log.append({"question_id": 3, "sql": "c"})
+        log.append({"question_id": 1, "sql": "again"})  # already there: not doubled
+    assert [json.loads(l)["question_id"] for l in path.read_text().splitlines()] == [1, 2, 3]
+    # A whole record whose newline was cut is kept and terminated.
+    path.write_text('{"question_id": 1, "sql": "a"}\n{"question_id": 2, "sql": "b"}')
+    with ResultsLog(path) as log:
+        log.append({"question_id": 3, "sql": "c"})
+    assert [json.loads(l)["question_id"] for l in path.read_text().splitlines()] == [1, 2, 3]
+    path.write_text('{"question_id": 1}\n{garbage\n{"question_id": 3}\n')
+    with pytest.raises(UserError, match="line 2 is corrupt"):
+        ResultsLog(path)
+
+
+def test_config_errors_are_clear(tiny_bird, tmp_path):
+    path = write_config(tmp_path, tiny_bird, colour="blue")
+    with pytest.raises(UserError, match="unknown key.*colour"):
+        load_config(path)
+    path = write_config(tmp_path, tiny_bird)
+    with pytest.raises(UserError, match="--set nonsense"):
+        load_config(path, ["nonsense=1"])
+    with pytest.raises(UserError, match="theta_r"):
+        load_config(path, ["theta_r=99"])
+    cfg = load_config(path, ["mode=single-pass", "dataset.sample=2", "dataset.seed=3", "use_entailment=false"])
+    assert (cfg.mode, cfg.dataset.sample, cfg.dataset.seed, cfg.settings.use_entailment) == ("single-pass", 2, 3, False)
+
+
+def test_extends_merges_sections(tiny_bird, tmp_path):
+    base = write_config(tmp_path, tiny_bird)
+    (tmp_path / "variant.yaml").write_text("extends: tiny.yaml\nsettings:\n  use_entailment: false\n")
+    cfg = load_config(tmp_path / "variant.yaml")
+    assert cfg.name == "variant" and cfg.settings.theta_r == 5 and cfg.settings.use_entailment is False
+    assert cfg.dataset.root == tiny_bird and cfg.fingerprint() != load_config(base).fingerprint()
