@@ -1,0 +1,164 @@
+"""``reflect-sql tune | compile | export``: optimisation (the optimize room)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TUNE_HELP = """\
+Tune theta_r, theta_s, theta_e, alpha, beta and the semantic weights (w_c, w_g, w_j, w_q, on the
+simplex) with Optuna; the objective is execution accuracy on the tuning split.
+CONFIG is an experiment config, or an optimisation config with `experiment:` and a `tune:` section
+(see reflect_sql/optimize/config.py). The study lives in sqlite (default <out>/optuna.db) and is
+resumable: --trials is the number of completed trials wanted, and rerunning the same command
+finishes an interrupted study (an interrupted trial is retried with its parameters and resumes
+its per-question results). Writes best_settings.yaml (a settings file), best_config.yaml (an
+experiment config for `reflect-sql eval`), optimization_history.png, param_importances.png and,
+with --multi-objective (EX vs LM calls per question, NSGA-II), pareto.json and pareto_front.png.
+"""
+
+COMPILE_HELP = """\
+Compile few-shot anchors with a DSPy optimizer (labeled, bootstrap, random-search, mipro) for the
+generator (metric: execution accuracy) and the semantic and entailment judges (metric: agreement
+of their decision with labels from gold and perturbed gold SQL). The train split comes from
+`compile.train` in the config and must not share a question with the experiment's dataset.
+Agreement (EX for the generator) on held-out train questions is printed before and after.
+Run the result with `reflect-sql eval CONFIG --program PROGRAM.json`.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune thresholds and weights with Optuna", description=TUNE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", metavar="CONFIG.yaml")
+    p.add_argument("--trials", type=int, metavar="N", help="completed trials wanted in the study (default: config, 20)")
+    p.add_argument("--study", metavar="NAME", help="study name (default: config, <experiment>-tune)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default: config, runs/tune/<study>)")
+    p.add_argument("--storage", metavar="URL", help="Optuna storage (default: sqlite:///<out>/optuna.db)")
+    p.add_argument("--seed", type=int, help="sampler seed (default: config, 0)")
+    p.add_argument("--multi-objective", action="store_true", default=None,
+                   help="maximise EX and minimise LM calls per question (NSGA-II, Pareto front)")
+    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting or a config key of the experiment (as for eval)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("compile", help="compile few-shot anchors with DSPy optimizers", description=COMPILE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", metavar="CONFIG.yaml")
+    p.add_argument("--out", required=True, metavar="PROGRAM.json", help="where to save the compiled program")
+    p.add_argument("--optimizer", choices=["labeled", "bootstrap", "random-search", "mipro"],
+                   help="DSPy optimizer (default: config, bootstrap)")
+    p.add_argument("--targets", metavar="A,B", help="generator,semantic_judge,entailment_judge (default: config, all)")
+    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting or a config key of the experiment (as for eval)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("export", help="write a compiled program's prompts (instructions, demos, rendered messages)",
+                       description="For each predictor of a saved program: its instructions, its few-shot demos "
+                                   "and the prompt messages DSPy's ChatAdapter renders for an example input. "
+                                   "Stable order, no timestamps: made for diffs.")
+    p.add_argument("program", metavar="PROGRAM.json")
+    p.add_argument("--format", choices=["md", "json"], default="md")
+    p.add_argument("--out", metavar="F", help="write here instead of stdout")
+    p.add_argument("--example", metavar="F",
+                   help="JSON inputs to render: {field: value}, or {predictor: {field: value}} (default: a built-in example)")
+    p.set_defaults(func=cmd_export)
+
+
+def _note(message: str) -> None:
+    print(f"reflect-sql: {message}", file=sys.stderr)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from reflect_sql.errors import UserError
+    from reflect_sql.optimize.config import load_optimize_config
+    from reflect_sql.optimize.study import run_study
+
+    oc = load_optimize_config(args.config, args.set_)
+    if args.trials is not None and args.trials < 1:
+        raise UserError("--trials must be at least 1")
+    if args.storage:
+        oc.tune.storage = args.storage
+    if args.seed is not None:
+        oc.tune.seed = args.seed
+    if args.multi_objective:
+        oc.tune.multi_objective = True
+    result = run_study(oc.experiment, oc.tune, trials=args.trials, study_name=args.study,
+                       out=Path(args.out) if args.out else None, progress=sys.stderr.isatty(), log=_note)
+    if args.json:
+        print(json.dumps({
+            "study": result.study_name, "storage": result.storage, "out": str(result.out),
+            "completed": result.completed, "best": result.best, "plots": result.plots,
+            "best_settings": str(result.best_settings_path) if result.best_settings_path else None,
+            "best_config": str(result.best_config_path) if result.best_config_path else None,
+            "seconds": result.seconds,
+        }, indent=2))
+        return 0
+    print(f"study {result.study_name}: {result.completed} completed trials ({result.storage})")
+    for entry in result.best:
+        calls = entry.get("lm_calls_per_question")
+        shown = ", ".join(f"{k}={v:g}" for k, v in entry["settings"].items())
+        print(f"  trial {entry['trial']}: EX {entry['ex']:.2f}%"
+              + (f", {calls:.2f} LM calls/question" if calls is not None else "") + f"  [{shown}]")
+    if result.best_config_path:
+        print(f"best config: {result.best_config_path}  (reflect-sql eval {result.best_config_path})")
+        print(f"best settings: {result.best_settings_path}")
+    for name, where in result.plots.items():
+        print(f"{name}: {where}")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from reflect_sql.optimize.compile import compile_program
+    from reflect_sql.optimize.config import load_optimize_config
+
+    oc = load_optimize_config(args.config, args.set_)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None
+    if targets:
+        from reflect_sql.errors import UserError
+        from reflect_sql.optimize.config import TARGETS
+
+        bad = [t for t in targets if t not in TARGETS]
+        if bad:
+            raise UserError(f"--targets: unknown {', '.join(bad)} (choose from {', '.join(TARGETS)})")
+    _, report = compile_program(oc, args.out, optimizer=args.optimizer, targets=targets, log=_note)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"saved {args.out} ({report['optimizer']}, {report['mode']} program, {report['seconds']}s)")
+        for target, entry in report["targets"].items():
+            if "skipped" in entry:
+                print(f"  {target}: skipped ({entry['skipped']})")
+                continue
+            what = "EX" if target == "generator" else "agreement"
+            b, a = entry["before"], entry["after"]
+            auc = f", AUC {b.get('auc')} -> {a.get('auc')}" if "auc" in b else ""
+            print(f"  {target}: {what} on {b['n']} held-out {b['accuracy']} -> {a['accuracy']}{auc}; {entry['demos']} demos")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from reflect_sql.errors import UserError
+    from reflect_sql.optimize.export import describe, render
+    from reflect_sql.optimize.program_io import load_program
+
+    example = None
+    if args.example:
+        try:
+            example = json.loads(Path(args.example).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"example file not found: {args.example}") from None
+        except ValueError as exc:
+            raise UserError(f"example file {args.example} is not valid JSON: {exc}") from None
+        if not isinstance(example, dict):
+            raise UserError(f"example file {args.example} must hold a JSON object")
+    program, _ = load_program(args.program)
+    text = render(describe(program, example), args.format)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
