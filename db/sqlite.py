@@ -70,6 +70,11 @@ class _Clock:
             return 1  # non-zero interrupts the statement
         return 0
 
+    def interrupt(self, conn: sqlite3.Connection) -> None:
+        if time.monotonic() > self.deadline:
+            self.expired = True
+            conn.interrupt()
+
 
 class SQLiteEngine(Engine):
     dialect = "sqlite"
@@ -128,6 +133,11 @@ class SQLiteEngine(Engine):
         conn, clock = self._connection()
         clock.expired = False
         clock.deadline = time.monotonic() + timeout_s
+        # The progress handler sees the clock only between VM steps, and one step can take seconds
+        # (randomblob(1e8) per row): a timer interrupts such a statement at its deadline as well.
+        timer = threading.Timer(timeout_s, clock.interrupt, args=(conn,))
+        timer.daemon = True
+        timer.start()
         try:
             cur = conn.execute(sql)
             columns = [d[0] for d in cur.description or []]
@@ -139,6 +149,7 @@ class SQLiteEngine(Engine):
         except (sqlite3.Error, sqlite3.Warning) as exc:
             raise self._classify(exc, sql, clock, timeout_s) from None
         finally:
+            timer.cancel()
             clock.deadline = math.inf
         truncated = max_rows is not None and len(rows) > max_rows
         return columns, rows[:max_rows] if truncated else rows, truncated
