@@ -133,6 +133,10 @@ def guard_sql(sql: str, dialect: str) -> exp.Expression:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"SQL must be a string, not {type(sql).__name__}")
     try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as exc:  # e.g. a lone surrogate from a model's JSON escape
+        raise SQLSyntaxError(f"the SQL is not valid Unicode text: {exc.reason} at position {exc.start}", sql=sql) from None
+    try:
         statements = _parse(sql, dialect)
     except (ParseError, TokenError) as exc:
         for other in _FALLBACK_DIALECTS:
@@ -140,12 +144,15 @@ def guard_sql(sql: str, dialect: str) -> exp.Expression:
                 continue
             try:
                 _inspect(_parse(sql, other), sql)
-            except (ParseError, TokenError, SQLSyntaxError):
+            except (ParseError, TokenError, SQLSyntaxError, RecursionError):
                 continue
             except QueryRefused as refusal:
                 raise QueryRefused(f"{refusal.message} (read as {other} SQL)", sql=sql) from None
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SQLSyntaxError(f"cannot parse SQL: {first_line}", sql=sql) from None
+    except RecursionError:
+        # What cannot be checked does not run.
+        raise QueryRefused("the SQL is nested too deeply to be checked", sql=sql) from None
     return _inspect(statements, sql)
 
 

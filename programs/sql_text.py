@@ -16,7 +16,9 @@ def clean_sql(text: str | None) -> str:
     """
     if not text:
         return ""
-    text = str(text).strip()
+    # A lone surrogate (a model's bad JSON escape) could go neither to a database driver nor back
+    # into the next prompt.
+    text = str(text).encode("utf-8", "replace").decode("utf-8").strip()
     while (header := _MARKER.match(text)) is not None:  # the model restated its field's header
         text = text[header.end():].strip()
     text = _MARKER.split(text, 1)[0].strip()  # what follows a marker belongs to another field
