@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from reflect_sql.errors import UserError
+from reflect_sql.errors import InvalidQuestion, UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question
 from reflect_sql.experiments.metrics import (
@@ -122,10 +122,12 @@ def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_
     from reflect_sql.lm.accounting import CostMeter
 
     started = time.perf_counter()
-    pred, exception = None, None
+    pred, exception, invalid = None, None, None
     with CostMeter() as meter:
         try:
             pred = program(question=q.question, evidence=q.evidence)
+        except InvalidQuestion as exc:
+            invalid = f"question {q.question_id} cannot be asked: {exc}"
         except (UserError, SettingsError):
             raise  # a configuration problem: every question would fail the same way
         except Exception as exc:  # noqa: BLE001 - one question failing must not end the run
@@ -158,7 +160,7 @@ def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_
         "trace": summarize_trace(steps),
         "cost": _cost(pred, meter.summary(), seconds),
         # error: what the program reported (e.g. its SQL failed); exception: the program crashed.
-        "error": exception or _field(pred, "error"),
+        "error": exception or invalid or _field(pred, "error"),
         "exception": exception,
     }
     return record, steps

@@ -3,3 +3,8 @@
 
 class UserError(Exception):
     """Bad input from the user (missing file, malformed dataset, unknown db_id, ...)."""
+
+
+class InvalidQuestion(UserError):
+    """One question that cannot be asked (empty, too long, not text). In an evaluation it is that
+    question's error, not the run's: the other questions are fine."""

@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def fail(message: str, code: int = 2) -> int:
-    print(f"reflect-sql: error: {message}", file=sys.stderr)
+    # One line whatever the message holds: a parser's multi-line report (YAML, PostgreSQL's caret
+    # under the error) would otherwise read as several errors.
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"reflect-sql: error: {line}", file=sys.stderr)
     return code
 
 

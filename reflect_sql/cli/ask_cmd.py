@@ -76,6 +76,10 @@ def _ask(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise UserError('the question is empty: reflect-sql ask --db DB "How many dishes are on the menu?"')
     settings = settings_from_args(args, **_switches(args))
+    from reflect_sql.programs.answer import require_question, require_text
+
+    require_question(args.question)  # before any model or database is opened
+    require_text(args.evidence, "evidence")
     # An explicit kb_dir (flag, --set, config or environment) asks for the KB; the default does not.
     use_kb = "kb_dir" in settings.model_fields_set
 

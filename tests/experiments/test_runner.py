@@ -90,6 +90,27 @@ def test_program_exception_is_recorded_not_fatal_and_retried_on_request(tiny_bir
     assert sorted(json.loads(l)["question_id"] for l in results.read_text().splitlines()) == [10, 11, 12, 13]
 
 
+def test_a_question_that_cannot_be_asked_fails_alone_and_is_named(tiny_bird, tmp_path):
+    from reflect_sql.programs.answer import MAX_QUESTION_CHARS, require_question
+
+    data = json.loads((tiny_bird / "dev.json").read_text())
+    data.append({**data[0], "question_id": 14, "question": "names of fruit " * (MAX_QUESTION_CHARS // 10)})
+    (tiny_bird / "dev.json").write_text(json.dumps(data))
+    config = load_config(write_config(tmp_path, tiny_bird))
+
+    def checked(question, evidence=""):  # the real programs check the question first, the same way
+        require_question(question)
+        return fake_program(question)
+
+    summary = run_eval(config, tmp_path / "run", lambda q: checked, progress=False)
+    assert summary["counts"]["overall"] == 4 and summary["exceptions"] == 0
+    records = {json.loads(l)["question_id"]: json.loads(l)
+               for l in (tmp_path / "run" / "results.jsonl").read_text().splitlines()}
+    assert records[14]["correct"] is False and records[14]["error"].startswith("question 14 cannot be asked")
+    assert "characters long" in records[14]["error"]
+    assert records[10]["correct"] is True
+
+
 def test_rerun_resumes_without_repeating_and_is_deterministic(tiny_bird, tmp_path):
     config = load_config(write_config(tmp_path, tiny_bird), limit=2)
     calls = []
