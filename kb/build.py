@@ -234,11 +234,19 @@ def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float) -
                        seconds=time.perf_counter() - start)
 
 
-def build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Settings, *,
-                      descriptions: str | Path | None = None, tables_json: str | Path | None = None,
-                      glossary: str | Path | None = None, train: str | Path | None = None,
-                      db_id: str | None = None, describer: Describer | None = None,
-                      signature: dict[str, Any] | None = None) -> BuildReport:
+def build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Settings, **sources_and_options: Any,
+                      ) -> BuildReport:
+    """Build under the KB's change lock: a build racing an enrichment would otherwise commit the
+    same version number, and one of the two changes would be lost."""
+    with KBDir(kb_dir).locked():
+        return _build_from_engine(engine, db, kb_dir, settings, **sources_and_options)
+
+
+def _build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Settings, *,
+                       descriptions: str | Path | None = None, tables_json: str | Path | None = None,
+                       glossary: str | Path | None = None, train: str | Path | None = None,
+                       db_id: str | None = None, describer: Describer | None = None,
+                       signature: dict[str, Any] | None = None) -> BuildReport:
     start = time.perf_counter()
     kb_dir = Path(kb_dir)
     db = canonical_db(db)

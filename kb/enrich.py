@@ -81,7 +81,16 @@ def enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments: 
     ``judgments``: check name -> bool | {"passed": bool} | {"score": x, "threshold": t}; every one
     must pass and there must be at least one. ``clarifications``: "table.column" -> meaning.
     ``aliases``: alias -> ("table.column", stored value); the value must be one the column holds.
+    Concurrent enrichments of one KB (threads or processes) are serialised.
     """
+    with KBDir(kb_dir).locked():
+        return _enrich(kb_dir, question, sql, result, judgments, evidence=evidence, clarifications=clarifications,
+                       aliases=aliases)
+
+
+def _enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments: Mapping[str, Any], *,
+            evidence: str, clarifications: Mapping[str, str] | None,
+            aliases: Mapping[str, tuple[str, str]] | None) -> EnrichmentResult:
     directory = KBDir(kb_dir)
     kb = directory.load()
     reasons = []
@@ -160,6 +169,7 @@ def history(kb_dir: str | Path) -> list[dict[str, Any]]:
 
 def rollback(kb_dir: str | Path, version: int) -> KnowledgeBase:
     """Make version ``version``'s content current again (as a new version) and resync the indexes."""
-    kb = KBDir(kb_dir).rollback(int(version))
-    sync_indexes(Path(kb_dir), kb)
+    with KBDir(kb_dir).locked() as directory:
+        kb = directory.rollback(int(version))
+        sync_indexes(Path(kb_dir), kb)
     return kb

@@ -11,9 +11,11 @@ one, so the log keeps the whole story and a rollback can itself be rolled back.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,20 @@ class KBDir:
 
     def exists(self) -> bool:
         return self.current_file.is_file()
+
+    @contextmanager
+    def locked(self):
+        """Hold the KB's change lock: a change reads the current version, commits the next one and
+        resyncs the indexes as one step, or two concurrent changes would commit the same version
+        number and one would be lost. flock on a freshly opened file excludes other threads of this
+        process as well as other processes."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield self
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def load(self) -> KnowledgeBase:
         if not self.exists():

@@ -93,3 +93,22 @@ def test_refused_enrichment_changes_nothing(kb_dir, case):
     result = enrich(kb_dir, **kwargs)
     assert not result.accepted and result.reasons and result.version is None
     assert _state(kb_dir) == before
+
+
+def test_a_build_waits_for_a_change_in_progress(kb_dir, school_db, tmp_path, settings):
+    """A rebuild that commits a new version must not interleave with an enrichment or rollback."""
+    import threading
+
+    glossary = tmp_path / "glossary.yaml"
+    glossary.write_text("terms:\n  heat course: the Thermodynamics course\n", encoding="utf-8")
+    reports = []
+    builder = threading.Thread(target=lambda: reports.append(
+        build_kb(str(school_db), kb_dir, settings, glossary=glossary)))
+    with KBDir(kb_dir).locked():
+        builder.start()
+        builder.join(timeout=1.0)
+        assert builder.is_alive() and not reports  # held off while the change runs
+        assert KBDir(kb_dir).load().version == 1
+    builder.join(timeout=60)
+    assert reports and reports[0].new_version and reports[0].version == 2
+    assert [e["action"] for e in history(kb_dir)] == ["build", "build"]
