@@ -235,7 +235,7 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     try:
         cases_fit = cases_val = None
         for target in targets:
-            predictor = predictor_for(program, "generator" if target == "generator" else target)
+            predictor = predictor_for(program, target)
             if predictor is None:
                 log(f"{target}: the {experiment.mode} program has no such predictor; skipped")
                 report["targets"][target] = {"skipped": f"not in the {experiment.mode} program"}
