@@ -40,6 +40,7 @@ from reflect_sql.experiments.metrics import (
 from reflect_sql.experiments.predictions import write_bird_predictions
 from reflect_sql.experiments.report import write_run_reports
 from reflect_sql.experiments.results_log import ResultsLog
+from reflect_sql.programs.trace import json_safe
 from reflect_sql.settings import SettingsError
 
 ProgramFactory = Callable[[Question], Callable[..., Any]]
@@ -58,27 +59,11 @@ def _field(pred: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _json_safe(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if hasattr(value, "to_json"):
-        return _json_safe(value.to_json())
-    if hasattr(value, "model_dump"):
-        return _json_safe(value.model_dump())
-    return str(value)
-
-
 def rows_digest(rows: Any) -> str | None:
     """A short hash of the rows the program returned, in order: equal digests, equal answers."""
     if rows is None:
         return None
-    text = json.dumps(_json_safe(list(rows)), ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(json_safe(list(rows)), ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -89,7 +74,7 @@ def trace_steps(trace: Any) -> list[dict[str, Any]]:
         trace = trace.to_json()
     elif hasattr(trace, "steps"):
         trace = trace.steps
-    return [_json_safe(s) for s in trace]
+    return [json_safe(s) for s in trace]
 
 
 def summarize_trace(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -135,7 +120,7 @@ def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_
     seconds = time.perf_counter() - started
     sql = _field(pred, "sql")
     verdict = match(fmt, sql, q.gold_sql, q.db_path, score_timeout_s)
-    retrieved = _json_safe(_field(pred, "retrieved"))
+    retrieved = json_safe(_field(pred, "retrieved"))
     recall = {"table_recall": None, "column_recall": None}
     if retrieved:
         tables, columns = gold_tables_and_columns(q.gold_sql, sqlite_mapping(str(q.db_path)))
@@ -154,7 +139,7 @@ def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_
         "detail": verdict.detail,
         "rows_digest": rows_digest(rows),
         "row_count": None if rows is None else len(rows),
-        "scores": _json_safe(_field(pred, "scores") or {}),
+        "scores": json_safe(_field(pred, "scores") or {}),
         "recall": recall,
         "retrieved": retrieved,
         "trace": summarize_trace(steps),

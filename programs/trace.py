@@ -20,6 +20,8 @@ def json_safe(value: Any) -> Any:
         return [json_safe(v) for v in value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
+    if hasattr(value, "to_json"):  # our own result objects (retrieval contexts, query results)
+        return json_safe(value.to_json())
     if hasattr(value, "model_dump"):
         return json_safe(value.model_dump())
     return str(value)
