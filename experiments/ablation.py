@@ -16,22 +16,17 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
 from reflect_sql.errors import UserError
+from reflect_sql.yaml_files import read_yaml_mapping
 from reflect_sql.experiments.config import EvalConfig, load_config
 from reflect_sql.experiments.report import ablation_bar_chart, ablation_markdown, accuracy_cost_chart
 
 
 def load_ablation(path: str | Path, sets: list[str] | None = None, limit: int | None = None) -> tuple[str, str, list[EvalConfig]]:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise UserError(f"ablation file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"ablation file {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("variants"), list) or not data["variants"]:
+    data = read_yaml_mapping(path, "ablation file")
+    if not isinstance(data.get("variants"), list) or not data["variants"]:
         raise UserError(f"{path}: an ablation set needs a non-empty 'variants' list of config files")
     unknown = set(data) - {"name", "baseline", "variants", "description"}
     if unknown:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_sql.errors import UserError
+from reflect_sql.yaml_files import read_yaml_mapping
 from reflect_sql.experiments.datasets import FORMATS, Question, load_dataset
 from reflect_sql.settings import Settings, SettingsError, env_overrides, load_settings, parse_assignments
 
@@ -90,20 +91,10 @@ class EvalConfig:
 
 def _read(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The config as a dict, with ``extends`` chains merged (a child's keys win, sections merge)."""
-    import yaml
-
     path = path.resolve()
     if path in seen:
         raise UserError(f"config {path} extends itself (through {' -> '.join(p.name for p in seen)})")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"config file {path} is not valid YAML: {exc}") from None
-    data = data or {}
-    if not isinstance(data, dict):
-        raise UserError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    data = read_yaml_mapping(path, "config file")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise UserError(f"config {path}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_TOP_KEYS))})")

@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from reflect_sql.errors import UserError
+from reflect_sql.yaml_files import read_yaml_mapping
 
 DESCRIPTION_FIELDS = ("original_column_name", "column_name", "column_description", "data_format", "value_description")
 
@@ -199,14 +199,8 @@ def read_training_pairs(path: str | Path, db_id: str | None = None) -> list[Trai
 
 def read_glossary(path: str | Path) -> Glossary:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise UserError(f"glossary not found: {path}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise UserError(f"glossary {path} is not valid UTF-8 YAML: {exc}") from None
-    data = data or {}
-    if not isinstance(data, dict) or not set(data) <= {"terms", "aliases"}:
+    data = read_yaml_mapping(path, "glossary")
+    if not set(data) <= {"terms", "aliases"}:
         raise UserError(f"glossary {path} must be a mapping with 'terms' and/or 'aliases'")
     out = Glossary()
     for key in ("terms", "aliases"):

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from reflect_sql.errors import UserError
+from reflect_sql.yaml_files import read_yaml_mapping
 from reflect_sql.experiments.config import EvalConfig, load_config
 
 OPTIMIZERS = ("labeled", "bootstrap", "random-search", "mipro")
@@ -110,14 +110,7 @@ def _positive_int(value: Any, what: str, path: Path, minimum: int = 1) -> int:
 
 def load_optimize_config(path: str | Path, sets: list[str] | None = None) -> OptimizeConfig:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise UserError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"config file {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    data = read_yaml_mapping(path, "config file")
 
     if "experiment" not in data:  # a plain experiment config: default options
         return OptimizeConfig(load_config(path, sets), TuneOptions(), CompileOptions(), path)

@@ -127,21 +127,9 @@ def _format_validation_error(err: ValidationError, origin: Mapping[str, str]) ->
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SettingsError(f"config file not found: {path}") from None
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"config file {path} is not UTF-8: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"config file {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
+    from reflect_sql.yaml_files import read_yaml_mapping
+
+    data = read_yaml_mapping(path, "config file", SettingsError)
     # Experiment configs may carry other sections (dataset, variants); settings live under `settings:`
     # there, or at the top level in a plain settings file.
     if "settings" in data and isinstance(data["settings"], dict):

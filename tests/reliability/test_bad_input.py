@@ -99,6 +99,14 @@ def _cases(tmp: Path, db: str, kb_dir: Path) -> list[Case]:
         Case("out-of-range setting in an eval config", evaluate(eval_config("evalrange", ds(good_root, "settings: {theta_r: 11}\n"))),
              "theta_r"),
         Case("YAML syntax error in an eval config", evaluate(eval_config("evalsyntax", "dataset: {format: bird\n")), "not valid YAML"),
+        Case("eval config in Latin-1", evaluate(yaml("evallatin", (ds(good_root) + "# caf\xe9\n").encode("latin-1"))), "not UTF-8"),
+        Case("ablation set in Latin-1", ["ablate", yaml("ablatelatin", "variants: [a.yaml]\n# caf\xe9\n".encode("latin-1"))],
+             "not UTF-8"),
+        Case("tuning config in Latin-1", ["tune", yaml("tunelatin", "experiment: a.yaml\n# caf\xe9\n".encode("latin-1"))],
+             "not UTF-8"),
+        Case("glossary in Latin-1", ["kb", "build", "--db", db, "--kb-dir", str(kb_dir), "--glossary",
+                                     yaml("glossarylatin", "terms: {caf\xe9: a drink}\n".encode("latin-1"))], "not UTF-8"),
+        Case("ablation set without variants", ["ablate", yaml("novariants", "name: x\n")], "variants"),
         Case("unknown dataset format", evaluate(eval_config("format", ds(good_root).replace("bird", "wikisql"))), "format"),
     ]
 
