@@ -8,6 +8,7 @@ from typing import Any
 import dspy
 
 from reflect_sql.programs.invoke import call_predictor
+from reflect_sql.programs.sql_text import reads_as_sql
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
@@ -85,9 +86,12 @@ class RetrievalLoop(dspy.Module):
             if it == iterations - 1:
                 step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})"
                 return best
+            if reads_as_sql(rewritten):
+                step.failure = "the judge's rewritten question was SQL, not a question: kept the query"
+                rewritten = ""
             state.query = rewritten or state.query
             state.k += s.k_growth
             state.m += s.m_growth
-            step.decision = "rewrite and widen"
+            step.decision = "rewrite and widen" if rewritten else "widen (query kept)"
             step.rewrite = {"query": state.query, "k": state.k, "m": state.m}
         raise AssertionError("unreachable: the loop returns on its last iteration")

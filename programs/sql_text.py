@@ -34,3 +34,22 @@ def clean_sql(text: str | None) -> str:
     while text.endswith(";"):
         text = text[:-1].rstrip()
     return text
+
+
+def reads_as_sql(text: str | None) -> bool:
+    """Whether ``text`` is a SQL statement rather than prose: small models asked to rephrase a
+    question sometimes answer with the SQL they were shown."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    text = clean_sql(text)
+    if not _START.match(text):
+        return False
+    try:
+        tree = sqlglot.parse_one(text)
+    except (ParseError, TokenError, RecursionError):
+        return False
+    # A FROM clause separates "SELECT t.a FROM t JOIN ..." from an imperative such as "select the
+    # heroes who can fly", which parses as a column list.
+    return isinstance(tree, exp.Query) and tree.find(exp.From) is not None

@@ -55,6 +55,34 @@ def test_retrieval_cap_keeps_the_best_context_and_goes_on(run, retriever, helper
     assert pred.sql == GOOD and pred.rows  # the pipeline carried on
 
 
+def test_a_rewrite_that_is_sql_keeps_the_query_and_still_widens(run, retriever, helpers):
+    """Small models asked for Q' sometimes hand back the failed SQL; searching the KB with it finds
+    the tables the wrong SQL named, not those the question needs."""
+    settings = Settings(theta_r=6, k_tables=2, m_columns=3, k_growth=1, m_growth=2)
+    script = helpers.Script(
+        RetrievalJudge=[helpers.retrieval(2, 2, rewritten="```sql\nSELECT s.name FROM stores AS s WHERE s.nope = 1\n```"),
+                        helpers.retrieval(8, 8)],
+        GenerateSQL={"sql": GOOD},
+    )
+    pred, lm = run(script, settings)
+    question = "What is the return rate of each store?"
+    assert retriever.requests == [(question, 2, 3), (question, 3, 5)]
+    first = steps(pred, "retrieval")[0]
+    assert first["decision"] == "widen (query kept)" and "was SQL" in first["failure"]
+    assert first["rewrite"] == {"query": question, "k": 3, "m": 5}
+
+
+def test_reads_as_sql_tells_statements_from_imperative_questions():
+    from reflect_sql.programs.sql_text import reads_as_sql
+
+    assert reads_as_sql("SELECT T1.a FROM t AS T1 JOIN u AS T2 ON T1.id = T2.t_id WHERE T2.b = 'x'")
+    assert reads_as_sql("Rewritten question: WITH x AS (SELECT 1 AS a) SELECT a FROM x")
+    assert not reads_as_sql("Select the names of heroes from Marvel Comics")
+    assert not reads_as_sql("select the heroes who can fly")
+    assert not reads_as_sql("Which superpowers does 3-D Man have?")
+    assert not reads_as_sql("") and not reads_as_sql(None)
+
+
 # --- loop 2: synthesis ---------------------------------------------------------------------
 
 def test_syntax_error_is_repaired_from_the_engine_error(run, helpers):
@@ -233,7 +261,7 @@ def test_retrieval_judge_failure_widens_like_a_low_score(run, retriever, helpers
     script = helpers.Script(RetrievalJudge=["no idea", helpers.retrieval(9, 9)], GenerateSQL={"sql": GOOD})
     pred, _ = run(script, Settings(json_adapter_fallback=False, k_tables=4, m_columns=8, k_growth=2, m_growth=4))
     first = steps(pred, "retrieval")[0]
-    assert first["failure"].startswith("retrieval judge failed") and first["decision"] == "rewrite and widen"
+    assert first["failure"].startswith("retrieval judge failed") and first["decision"] == "widen (query kept)"
     assert [r[1:] for r in retriever.requests] == [(4, 8), (6, 12)]
     assert retriever.requests[1][0] == retriever.requests[0][0]  # no Q' without a judgment
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import reliability_cases as cases
-from reflect_sql.programs.sql_text import clean_sql
+from reflect_sql.programs.sql_text import clean_sql, reads_as_sql
 
 SECRET_TOKEN = cases.SECRET_TOKEN
 # Statements that write, change a schema or a session, leave the database, or sleep: each must be
@@ -123,8 +123,13 @@ def test_ask_hostile_sql_at_every_stage(target, traps, ask, ledger, enrichment_s
     check_case(target, traps, asked, f"{stage}/{name}")
     steps = asked.answer["trace"]
     if stage == "rewrite":
-        # The rewritten question steers retrieval only; it must have been used, and never run.
-        assert any(s["loop"] == "retrieval" and s["inputs"]["query"] == sql for s in steps)
+        # The rewritten question steers retrieval only and never runs. A rewrite that reads as SQL
+        # is not even used as the search query.
+        used = any(s["loop"] == "retrieval" and s["inputs"]["query"] == sql for s in steps)
+        if reads_as_sql(sql):
+            assert not used and any("was SQL" in (s.get("failure") or "") for s in steps)
+        else:
+            assert used
         outcome = "neutralised"
         assert asked.answer["sql"] == cases.BENIGN
     else:
