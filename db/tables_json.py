@@ -5,22 +5,17 @@ Many benchmark databases declare few or none of them, so these pairs are the onl
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from reflect_sql.db.schema import ForeignKey, Schema
 from reflect_sql.errors import UserError
+from reflect_sql.files import read_json_file
 
 
 def load_entry(tables_json: str | Path, db_id: str) -> dict[str, Any]:
     path = Path(tables_json)
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"tables.json not found: {path}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is not a JSON tables file: {exc}") from None
+    entries = read_json_file(path, "tables.json file")
     if not isinstance(entries, list):
         raise UserError(f"{path} must hold a list of database entries (Spider/BIRD tables.json)")
     for entry in entries:

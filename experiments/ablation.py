@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 
 from reflect_sql.errors import UserError
-from reflect_sql.yaml_files import read_yaml_mapping
+from reflect_sql.files import read_yaml_mapping
 from reflect_sql.experiments.config import EvalConfig, load_config
 from reflect_sql.experiments.report import ablation_bar_chart, ablation_markdown, accuracy_cost_chart
 

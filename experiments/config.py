@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_sql.errors import UserError
-from reflect_sql.yaml_files import read_yaml_mapping
+from reflect_sql.files import read_yaml_mapping
 from reflect_sql.experiments.datasets import FORMATS, Question, load_dataset
 from reflect_sql.settings import Settings, SettingsError, env_overrides, load_settings, parse_assignments
 

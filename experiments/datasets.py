@@ -12,13 +12,13 @@ happens before databases are checked, so a subset runs even when other databases
 """
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reflect_sql.errors import UserError
+from reflect_sql.files import read_json_file
 
 FORMATS = ("bird", "spider")
 DIFFICULTIES = ("simple", "moderate", "challenging")
@@ -53,21 +53,6 @@ def _check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise UserError(f"unknown dataset format {fmt!r} (expected one of: {', '.join(FORMATS)})")
     return fmt
-
-
-def read_json_file(path: Path, what: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise UserError(f"{what} is a directory, not a file: {path}") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{what} {path} is not UTF-8: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{what} {path} is not valid JSON: {exc}") from None
 
 
 def _text_field(entry: Any, field: str, path: Path, pos: int, *, required: bool = True) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from reflect_sql.errors import UserError
+from reflect_sql.files import read_json_file
 from reflect_sql.experiments.datasets import Question
 
 BIRD_SEPARATOR = "\t----- bird -----\t"
@@ -41,28 +42,6 @@ def write_bird_predictions(path: str | Path, questions: Iterable[Question], sql_
     return path
 
 
-def _load(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"predictions file not found: {path}") from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read predictions file {path}: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    records = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"predictions file {path} is neither JSON nor JSONL (line {n}: {exc.msg})") from None
-    return records
-
-
 def _sql_of(record: Mapping[str, Any], path: Path, n: int) -> str:
     for field in _SQL_FIELDS:
         if field in record:
@@ -77,7 +56,7 @@ def _sql_of(record: Mapping[str, Any], path: Path, n: int) -> str:
 
 def read_predictions(path: str | Path, questions: list[Question]) -> dict[str, str]:
     path = Path(path)
-    data = _load(path)
+    data = read_json_file(path, "predictions file", json_lines=True)
     by_key = {q.key: q for q in questions}
     by_index = {str(q.index): q for q in questions}
     out: dict[str, str] = {}

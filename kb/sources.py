@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 from reflect_sql.errors import UserError
-from reflect_sql.yaml_files import read_yaml_mapping
+from reflect_sql.files import read_json_file, read_yaml_mapping
 
 DESCRIPTION_FIELDS = ("original_column_name", "column_name", "column_description", "data_format", "value_description")
 
@@ -122,22 +121,6 @@ def read_descriptions(folder: str | Path) -> dict[str, dict[str, ColumnNote]]:
     return out
 
 
-def _load_json_or_jsonl(path: Path):
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UserError(f"file not found: {path}") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path} is not UTF-8: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as first:
-        try:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError:
-            raise UserError(f"{path} is neither JSON nor JSON lines: {first}") from None
-
-
 @dataclass
 class NaturalNames:
     """Human-readable names from a tables.json entry, keyed by lower-case original names."""
@@ -148,7 +131,7 @@ class NaturalNames:
 
 def read_tables_json(path: str | Path, db_id: str | None = None) -> NaturalNames:
     path = Path(path)
-    data = _load_json_or_jsonl(path)
+    data = read_json_file(path, "tables.json file", json_lines=True)
     entries = data if isinstance(data, list) else [data]
     entries = [e for e in entries if isinstance(e, dict) and "table_names_original" in e]
     if not entries:
@@ -176,7 +159,7 @@ def read_tables_json(path: str | Path, db_id: str | None = None) -> NaturalNames
 def read_training_pairs(path: str | Path, db_id: str | None = None) -> list[TrainingPair]:
     """BIRD (``question, evidence, SQL``) or Spider (``question, query``) records; ``db_id`` filters."""
     path = Path(path)
-    data = _load_json_or_jsonl(path)
+    data = read_json_file(path, "training pairs file", json_lines=True)
     if isinstance(data, dict):  # JSON lines with a single line
         data = [data]
     if not isinstance(data, list):

@@ -37,7 +37,7 @@ from typing import Any
 
 
 from reflect_sql.errors import UserError
-from reflect_sql.yaml_files import read_yaml_mapping
+from reflect_sql.files import read_yaml_mapping
 from reflect_sql.experiments.config import EvalConfig, load_config
 
 OPTIMIZERS = ("labeled", "bootstrap", "random-search", "mipro")

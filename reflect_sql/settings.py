@@ -127,7 +127,7 @@ def _format_validation_error(err: ValidationError, origin: Mapping[str, str]) ->
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    from reflect_sql.yaml_files import read_yaml_mapping
+    from reflect_sql.files import read_yaml_mapping
 
     data = read_yaml_mapping(path, "config file", SettingsError)
     # Experiment configs may carry other sections (dataset, variants); settings live under `settings:`
