@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from reflect_sql.experiments.datasets import Question
 
-_PASS = {
+PASSING_REPLIES = {
     "RetrievalJudge": {"missing_aspects": [], "relevance": 10, "completeness": 10, "rewritten_question": ""},
     "SemanticJudge": {"column_rationale": "ok", "column_consistency": 10, "granularity_rationale": "ok",
                       "granularity": 10, "join_rationale": "ok", "join_consistency": 10, "logic_rationale": "ok",
@@ -19,7 +19,7 @@ _PASS = {
     "EntailmentJudge": {"e_schema": 5, "e_data": 5, "diagnosis": "none"},
 }
 _FAIL = {
-    "SemanticJudge": {**_PASS["SemanticJudge"], "query_logic": 2, "diagnosis": "the filter is wrong"},
+    "SemanticJudge": {**PASSING_REPLIES["SemanticJudge"], "query_logic": 2, "diagnosis": "the filter is wrong"},
     "EntailmentJudge": {"e_schema": 2, "e_data": 1, "diagnosis": "the result cannot be the answer"},
 }
 WRONG_SQL = "SELECT 0 WHERE 0"
@@ -37,8 +37,8 @@ def oracle_script(questions: Iterable[Question], wrong: Iterable[str] = ()):
             return {"repaired_sql": gold.get(question, WRONG_SQL)}
         if question in wrong and signature in _FAIL:
             return _FAIL[signature]
-        if signature in _PASS:
-            return _PASS[signature]
+        if signature in PASSING_REPLIES:
+            return PASSING_REPLIES[signature]
         raise KeyError(f"the oracle has no reply for signature {signature!r}")
 
     return script

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -30,7 +28,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_loses_and_doubles_nothing(benchmarks_dir, tmp_path):
+def test_sigkill_then_resume_loses_and_doubles_nothing(benchmarks_dir, tmp_path, sigkill_after):
     config = tmp_path / "kill.yaml"
     config.write_text(f"dataset: {{format: bird, root: {benchmarks_dir / 'bird'}, sample: 30, seed: 1}}\n"
                       "threads: 3\nmlflow: {enabled: false}\n")
@@ -38,18 +36,8 @@ def test_sigkill_then_resume_loses_and_doubles_nothing(benchmarks_dir, tmp_path)
     script.write_text(SCRIPT)
     out = tmp_path / "out"
     results = out / "results.jsonl"
-    proc = subprocess.Popen([sys.executable, str(script), str(config), str(out), "0.1"])
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if results.exists() and results.read_text().count("\n") >= 6:
-                break
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    code, _ = sigkill_after([sys.executable, str(script), str(config), str(out), "0.1"], results, answers=6, timeout_s=60)
+    assert code == -signal.SIGKILL, "the run ended before its kill"
     before = results.read_bytes()
     done_before = [json.loads(l)["question_id"] for l in before.decode().splitlines() if l.endswith("}")]
     assert 6 <= len(done_before) < 30, "the kill must land mid-run"

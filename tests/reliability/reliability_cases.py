@@ -13,6 +13,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from reflect_sql.experiments.scripted import PASSING_REPLIES
+
 # Every injected instruction carries its SQL between "this SQL:" and ";;": the obedient LM below
 # finds it wherever the text lands in a prompt (question, evidence, glossary, schema, feedback).
 MARK = re.compile(r"this SQL:\s*(.+?);;", re.S)
@@ -319,13 +321,8 @@ BENIGN = "SELECT count(*) FROM orders"
 BROKEN = "SELEC count(*) FROM orders"
 STAGES = ("generator", "repairer", "rewrite", "semantic", "entailment")
 
-PASS = {
-    "RetrievalJudge": {"missing_aspects": [], "relevance": 9, "completeness": 9, "rewritten_question": ""},
-    "SemanticJudge": {"column_rationale": "ok", "column_consistency": 9, "granularity_rationale": "ok",
-                      "granularity": 9, "join_rationale": "ok", "join_consistency": 9, "logic_rationale": "ok",
-                      "query_logic": 9, "diagnosis": "none"},
-    "EntailmentJudge": {"e_schema": 5, "e_data": 5, "diagnosis": "none"},
-}
+# A fooled judge is the worst case: every judge passes whatever it sees.
+PASS = PASSING_REPLIES
 
 
 def hostile_script(stage: str | None = None, sql: str | None = None):

@@ -8,7 +8,6 @@ results line is being written.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -49,16 +48,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _lines(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines(keepends=True) if path.exists() else []
-
-
-def _complete_ids(lines: list[bytes]) -> list[str]:
-    return [json.loads(line)["question_id"] for line in lines if line.endswith(b"\n")]
-
-
 @pytest.mark.slow
-def test_sigkill_at_random_points_then_resume(shop_copy, tmp_path, ledger):
+def test_sigkill_at_random_points_then_resume(shop_copy, tmp_path, ledger, sigkill_after):
     rows = [(f"q{i}", "shop", q, gold) for i, (q, gold) in enumerate(cases.QUESTIONS)]
     root = cases.write_dataset(tmp_path / "data", {"shop": shop_copy}, rows)
     config = tmp_path / "c.yaml"
@@ -78,22 +69,9 @@ def test_sigkill_at_random_points_then_resume(shop_copy, tmp_path, ledger):
         # a random moment more, which may fall inside the writing of the next line.
         target = rng.randint(1, max(1, (len(rows) - len(kept)) // 3))
         extra = rng.uniform(0, 0.15)
-        proc = subprocess.Popen([sys.executable, str(script), str(config), str(out), str(HERE), "0.08"])
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and proc.poll() is None:
-                if len(_complete_ids(_lines(results))) >= len(kept) + target:
-                    break
-                time.sleep(0.01)
-            time.sleep(extra)
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == -signal.SIGKILL, f"the run ended before its kill {why}"
-        ids = _complete_ids(_lines(results))
+        code, ids = sigkill_after([sys.executable, str(script), str(config), str(out), str(HERE), "0.08"],
+                                  results, answers=len(kept) + target, extra_s=extra)
+        assert code == -signal.SIGKILL, f"the run ended before its kill {why}"
         assert ids[: len(kept)] == kept, f"finished answers were lost or moved {why}"
         assert len(ids) == len(set(ids)), f"an answer was written twice {why}"
         assert len(ids) < len(rows), f"the kill came too late to test anything {why}"
@@ -102,8 +80,8 @@ def test_sigkill_at_random_points_then_resume(shop_copy, tmp_path, ledger):
         kept = ids
 
     subprocess.run([sys.executable, str(script), str(config), str(out), str(HERE), "0"], check=True, timeout=300)
-    lines = _lines(results)
-    ids = _complete_ids(lines)
+    lines = results.read_bytes().splitlines(keepends=True)
+    ids = [json.loads(line)["question_id"] for line in lines if line.endswith(b"\n")]
     assert len(lines) == len(ids) == len(rows) and set(ids) == {r[0] for r in rows}, why
     assert ids[: len(kept)] == kept, why
     assert len(json.loads((out / "run.json").read_text())["sessions"]) == KILLS + 1, why
