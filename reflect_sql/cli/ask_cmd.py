@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from reflect_sql.cli.common import add_settings_args, settings_from_args
+from reflect_sql.cli.common import DB_HELP, add_settings_args, settings_from_args
 
 
 def register(subparsers) -> None:
@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                "produced, 2 on bad input.",
     )
     parser.add_argument("question", nargs="?", default="", help="the question, in natural language")
-    parser.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
+    parser.add_argument("--db", required=True, help=DB_HELP)
     parser.add_argument("--kb-dir", metavar="DIR", help="knowledge base directory (built here if new)")
     parser.add_argument("--evidence", default="", help="external knowledge or hints for this question")
     parser.add_argument("--lm", metavar="M", help="generator LM (local/qwen2.5-coder-1.5b or any LiteLLM model)")

@@ -7,6 +7,9 @@ from typing import Any
 from reflect_sql.settings import Settings, load_settings, parse_assignments
 
 
+DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
+
+
 def add_settings_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="F", help="YAML settings file (defaults < YAML < env < flags)")
     parser.add_argument(

@@ -5,10 +5,7 @@ import argparse
 import json
 import sys
 
-from reflect_sql.cli.common import add_settings_args, settings_from_args
-
-DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
-
+from reflect_sql.cli.common import DB_HELP, add_settings_args, settings_from_args
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("db", help="inspect a database and run read-only SQL")

@@ -9,11 +9,8 @@ import argparse
 import json
 import sys
 
-from reflect_sql.cli.common import add_settings_args, settings_from_args
+from reflect_sql.cli.common import DB_HELP, add_settings_args, settings_from_args
 from reflect_sql.errors import UserError
-
-DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("kb", help="build, search and version the knowledge base of a database")
