@@ -100,7 +100,8 @@ class SQLiteEngine(Engine):
         if held is not None:
             return held
         try:
-            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False,
+                                   timeout=self.settings.sqlite_busy_timeout_s)
         except sqlite3.Error as exc:
             raise ConnectionFailed(f"cannot open SQLite database {self.path} read-only: {exc}") from None
         try:
@@ -111,6 +112,7 @@ class SQLiteEngine(Engine):
             raise ConnectionFailed(f"{self.path} is not a readable SQLite database: {exc}") from None
         conn.text_factory = _decode
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.settings.max_value_bytes)
         # Installed last: the setup statements above are the only ones that skip it.
         conn.set_authorizer(_authorize)
         clock = _Clock()

@@ -42,7 +42,7 @@ _KB_KEYS = {"enabled", "cache"}
 # Settings that change where things are kept or how calls are made, not what any question is asked
 # or answered: a run recorded with a cassette may resume replaying it.
 _NOT_IN_FINGERPRINT = {"lm_record_dir", "lm_replay_dir", "lm_cache", "cache_dir", "model_dir", "kb_dir", "mlflow_uri",
-                       "lm_threads", "lm_timeout_s", "lm_retries"}
+                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s"}
 _SECTIONS = {"dataset": _DATASET_KEYS, "mlflow": _MLFLOW_KEYS, "kb": _KB_KEYS}
 
 

@@ -26,12 +26,16 @@ from typing import Any, Iterable, Mapping
 import sqlglot
 from sqlglot import exp
 
+from reflect_sql.settings import Settings
+
 DEFAULT_TIMEOUT_S = 30.0  # the official BIRD meta_time_out
 DIFFICULTIES = ("simple", "moderate", "challenging")
 
 # How many SQLite VM steps run between two deadline checks: frequent enough to stop within a few
 # milliseconds, rare enough to cost nothing measurable.
 _PROGRESS_STEPS = 10_000
+# Scoring has no settings of its own: it caps values as the engines do by default.
+_MAX_VALUE_BYTES = Settings.model_fields["max_value_bytes"].default
 
 
 class _Timeout(Exception):
@@ -46,12 +50,14 @@ class Match:
     detail: str = ""
 
 
-def connect_read_only(db_path: str | Path) -> sqlite3.Connection:
+def connect_read_only(db_path: str | Path, max_value_bytes: int = _MAX_VALUE_BYTES) -> sqlite3.Connection:
     uri = Path(db_path).resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     # mode=ro covers the main database only: a predicted ATTACH or VACUUM INTO would still create
     # files. No SELECT needs an attached database, so none may be attached.
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    # A predicted randomblob(1e9) would allocate a gigabyte per row before any timeout looks.
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
     return conn
 
 

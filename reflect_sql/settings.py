@@ -84,6 +84,9 @@ class Settings(BaseModel):
     max_rows: int = Field(1000, ge=1)
     sample_values_per_column: int = Field(5, ge=0)
     pg_max_plan_cost: float = Field(1e8, gt=0, description="PostgreSQL EXPLAIN cost above which a query is refused.")
+    max_value_bytes: int = Field(64 * 2**20, ge=2**20, le=10**9, description="Largest string or blob one SQLite value may "
+                                 "grow to: a query that builds a bigger one (randomblob(1e9)) fails instead of taking the memory.")
+    sqlite_busy_timeout_s: float = Field(5.0, ge=0, description="How long a SQLite read waits for another process's write lock.")
 
     # --- Paths ---
     kb_dir: Path = Field(default_factory=lambda: Path("kb_store"))

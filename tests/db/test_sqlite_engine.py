@@ -217,3 +217,42 @@ def test_invalid_utf8_does_not_fail_a_query(tmp_path):
     conn.commit()
     conn.close()
     assert SQLiteEngine(path).execute("SELECT s FROM t").rows == [("a\ufffdb",)]
+
+
+def test_a_value_past_max_value_bytes_is_an_error_not_a_gigabyte(tmp_path):
+    path = tmp_path / "t.sqlite"
+    sqlite3.connect(path).close()
+    engine = SQLiteEngine(path, Settings(max_value_bytes=2**20))
+    assert engine.execute("SELECT length(randomblob(1000000))").rows == [(1000000,)]
+    with pytest.raises(SQLExecutionError, match="too big"):
+        engine.execute("SELECT length(randomblob(1e9))")
+    with pytest.raises(SQLExecutionError, match="too big"):
+        engine.execute("SELECT length(randomblob(2000000))")
+
+
+def test_scoring_caps_values_too(tmp_path):
+    from reflect_sql.experiments.metrics import connect_read_only
+
+    path = tmp_path / "t.sqlite"
+    sqlite3.connect(path).close()
+    with pytest.raises(sqlite3.DataError, match="too big"):
+        connect_read_only(path).execute("SELECT randomblob(1e9)").fetchall()
+
+
+def test_the_busy_timeout_is_the_setting(tmp_path):
+    path = tmp_path / "t.sqlite"
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE t (x)")
+    setup.commit()
+    patient = SQLiteEngine(path, Settings(sqlite_busy_timeout_s=10))
+    impatient = SQLiteEngine(path, Settings(sqlite_busy_timeout_s=0))
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(patient.execute, "SELECT count(*) FROM t")
+        with pytest.raises(SQLExecutionError, match="locked"):
+            impatient.execute("SELECT count(*) FROM t")
+        time.sleep(0.5)
+        assert not waiting.done()  # the patient engine is still waiting for the lock
+        locker.execute("COMMIT")
+        assert waiting.result(timeout=10).rows == [(0,)]
