@@ -28,12 +28,30 @@ def clean_sql(text: str | None) -> str:
     elif text.startswith("```"):  # an unterminated fence (the model hit its token limit)
         text = text.split("\n", 1)[1] if "\n" in text else ""
     start = _START.search(text)
-    if start and start.start() > 0 and not text[: start.start()].strip().endswith(("(", ",")):
-        text = text[start.start():]
+    if (start and start.start() > 0 and not text[: start.start()].strip().endswith(("(", ","))
+            and not _is_complete_statement(text)):
+        text = text[start.start():]  # prose before the query
     text = text.strip()
     while text.endswith(";"):
         text = text[:-1].rstrip()
     return text
+
+
+def _is_complete_statement(text: str) -> bool:
+    """Whether ``text`` already parses as SQL statements, such as ``INSERT INTO t SELECT ...``: cutting
+    it down to its SELECT would answer a different query, and would hide the write from the SQL gate,
+    which refuses it. Prose before a query does not parse, or parses only as an opaque Command."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
+    import reflect_sql.db.guard  # noqa: F401  (silences sqlglot's Command-fallback warning)
+
+    try:
+        trees = sqlglot.parse(text)
+    except (ParseError, TokenError, RecursionError):
+        return False
+    return bool(trees) and all(tree is not None and not isinstance(tree, exp.Command) for tree in trees)
 
 
 def reads_as_sql(text: str | None) -> bool:

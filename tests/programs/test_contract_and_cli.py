@@ -153,6 +153,12 @@ def test_examples_are_rendered_once():
     (None, ""),
     ("SELECT COUNT(*) FROM t [[ ## completed ## ]]", "SELECT COUNT(*) FROM t"),
     ("[[ ## sql ## ]]\nSELECT 1\n\n[[ ## completed ## ]]", "SELECT 1"),
+    ("Comment: SELECT a FROM t", "SELECT a FROM t"),  # prose that sqlglot would take for a Command
+    # A whole write statement stays whole, so the SQL gate refuses it: its SELECT alone would be a
+    # different query, answered as if it were the model's.
+    ("INSERT INTO t SELECT a FROM b;", "INSERT INTO t SELECT a FROM b"),
+    ("CREATE TABLE x AS SELECT 1", "CREATE TABLE x AS SELECT 1"),
+    ("DELETE FROM t WHERE a IN (SELECT a FROM b)", "DELETE FROM t WHERE a IN (SELECT a FROM b)"),
 ])
 def test_clean_sql(raw, sql):
     assert clean_sql(raw) == sql
