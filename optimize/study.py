@@ -114,18 +114,40 @@ def _trial_out(out: Path, config: EvalConfig) -> Path:
     return out / "trials" / config.fingerprint()
 
 
+def close_stale_runs(experiment_id: str, run_name: str) -> int:
+    """Mark KILLED the runs named ``run_name`` (and their trial runs) that a killed tuning process
+    left RUNNING: a study resumes in a new parent run, and the UI would show the old one running
+    forever. One tuning process per study at a time, as for the trials themselves."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    quote = "'" if "'" not in run_name else '"'
+    stale = client.search_runs([experiment_id], f"attributes.run_name = {quote}{run_name}{quote} "
+                                                 "and attributes.status = 'RUNNING'")
+    closed = 0
+    for parent in stale:
+        children = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}' "
+                                                       "and attributes.status = 'RUNNING'")
+        for run in [*children, parent]:
+            client.set_terminated(run.info.run_id, status="KILLED")
+            closed += 1
+    return closed
+
+
 class _MLflow:
     """One parent run per invocation, one nested run per trial; a no-op when disabled."""
 
     def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str):
         self.enabled = enabled
         self.parent = None
+        self.closed_stale = 0
         if enabled:
             os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
             import mlflow
 
             mlflow.set_tracking_uri(uri)
-            mlflow.set_experiment(experiment)
+            experiment_id = mlflow.set_experiment(experiment).experiment_id
+            self.closed_stale = close_stale_runs(experiment_id, run_name)
             self.parent = mlflow.start_run(run_name=run_name)
 
     def trial(self, name: str):
@@ -316,6 +338,8 @@ def run_study(
 
     tracker = _MLflow(config.mlflow_enabled and remaining > 0, config.settings.mlflow_uri,
                       config.mlflow_experiment, f"tune:{name}")
+    if tracker.closed_stale:
+        log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
     status = "FAILED"
     try:
         if remaining:

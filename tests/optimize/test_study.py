@@ -206,3 +206,30 @@ def test_trials_reuse_cached_lm_calls(tmp_path, make_config, scripted_reply):
     requested = sum(t.user_attrs["lm_calls_per_question"] * questions for t in study.trials)
     served_by_model = len(lm.calls)
     assert served_by_model < requested * 0.6, (served_by_model, requested)
+
+
+def test_resuming_closes_the_mlflow_runs_a_killed_process_left_running(tmp_path, make_config, scripted_factory, monkeypatch):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient()
+    experiment_id = mlflow.set_experiment("tune-test").experiment_id
+    # What SIGKILL leaves behind: the study's parent run and its trial run, both RUNNING, and an
+    # unrelated run of another study that must stay as it is.
+    dead_parent = client.create_run(experiment_id, run_name="tune:tiny-tune")
+    dead_trial = client.create_run(experiment_id, run_name="trial-0",
+                                   tags={"mlflow.parentRunId": dead_parent.info.run_id})
+    other = client.create_run(experiment_id, run_name="tune:other-study")
+
+    oc = make_config(limit=1, mlflow_uri=uri)
+    run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=1, out=tmp_path / "t")
+
+    status = {r: client.get_run(r.info.run_id).info.status for r in (dead_parent, dead_trial, other)}
+    assert status[dead_parent] == "KILLED" and status[dead_trial] == "KILLED"
+    assert status[other] == "RUNNING"
+    runs = mlflow.search_runs(experiment_names=["tune-test"], output_format="list")
+    fresh = [r for r in runs if r.info.run_name == "tune:tiny-tune" and r.info.run_id != dead_parent.info.run_id]
+    assert [r.info.status for r in fresh] == ["FINISHED"]
