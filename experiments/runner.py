@@ -1,8 +1,8 @@
 """Evaluate a program over a dataset: threads, a live progress bar, resumable per-question results.
 
 Output directory:
-  run.json          config, fingerprint and sessions (a rerun with the same --out resumes; a
-                    different config there is refused)
+  run.json          config, fingerprint and sessions, each with the git commit it ran on (a rerun
+                    with the same --out resumes; a different config there is refused)
   results.jsonl     one line per finished question, in finishing order (see ``ResultsLog``)
   traces/<id>.json  the full trace of each question, written before its results line
   summary.json      the ``score --json`` keys plus cost, recall and status counts, in question order
@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 from reflect_sql.errors import InvalidQuestion, UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question
+from reflect_sql.experiments.tracking import git_commit
 from reflect_sql.experiments.metrics import (
     accuracy_table,
     aggregate_cost,
@@ -251,7 +252,8 @@ def run_eval(
     out = Path(out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     meta = _open_run(config, out)
-    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": 0.0, "evaluated": 0}
+    # The commit of the code this session runs: a resumed run may finish on different code.
+    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": git_commit(), "seconds": 0.0, "evaluated": 0}
     meta["sessions"].append(session)
     _write_json(out / "run.json", meta)
     if factory is None:

@@ -6,6 +6,7 @@ working directory happens to be. ``make mlflow-ui`` serves the default store on 
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from contextlib import contextmanager
@@ -46,7 +47,22 @@ def _use_experiment(config: EvalConfig) -> None:
     mlflow.set_experiment(config.mlflow_experiment)
 
 
-def params_of(config: EvalConfig) -> dict[str, Any]:
+def session_commits(out: str | Path) -> list[str]:
+    """The commits whose code evaluated questions of the run in ``out``, oldest first: a resumed run
+    can span several, and the commit checked out when it is logged may be none of them."""
+    try:
+        sessions = json.loads((Path(out) / "run.json").read_text(encoding="utf-8")).get("sessions") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    commits: list[str] = []
+    for session in sessions:
+        commit = session.get("commit") if isinstance(session, dict) else None
+        if commit and session.get("evaluated") and commit not in commits:
+            commits.append(commit)
+    return commits
+
+
+def params_of(config: EvalConfig, commits: list[str] | None = None) -> dict[str, Any]:
     s = config.settings
     params: dict[str, Any] = {f"settings.{k}": v for k, v in s.model_dump(mode="json").items()}
     params.update({
@@ -55,7 +71,7 @@ def params_of(config: EvalConfig) -> dict[str, Any]:
         "judge_lm": s.effective_judge_lm,
         "kb": config.kb_enabled,
         "threads": config.threads,
-        "git_commit": git_commit(),
+        "git_commit": ",".join(commits) if commits else git_commit(),
         **{f"dataset.{k}": v for k, v in config.dataset.to_json().items()},
     })
     return {k: ("" if v is None else str(v))[:6000] for k, v in params.items()}
@@ -110,7 +126,7 @@ def log_eval(config: EvalConfig, out: str | Path, summary: dict[str, Any], *, ne
     _use_experiment(config)
     with mlflow.start_run(run_name=config.name, nested=nested,
                           tags={"kind": "evaluation", "out_dir": str(out.resolve())}) as run:
-        mlflow.log_params(params_of(config))
+        mlflow.log_params(params_of(config, session_commits(out)))
         mlflow.log_metrics(metrics_of(summary))
         for name in ("summary.json", "results.jsonl", "per_question.csv", "run.json", "calibration.md"):
             if (out / name).is_file():

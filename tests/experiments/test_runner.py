@@ -179,3 +179,25 @@ def test_extends_merges_sections(tiny_bird, tmp_path):
     cfg = load_config(tmp_path / "variant.yaml")
     assert cfg.name == "variant" and cfg.settings.theta_r == 5 and cfg.settings.use_entailment is False
     assert cfg.dataset.root == tiny_bird and cfg.fingerprint() != load_config(base).fingerprint()
+
+
+def test_a_run_resumed_on_other_code_records_every_commit_it_ran_on(tiny_bird, tmp_path, monkeypatch):
+    from reflect_sql.experiments import runner, tracking
+
+    config = load_config(write_config(tmp_path, tiny_bird), limit=2)
+    full = load_config(write_config(tmp_path, tiny_bird))
+    out = tmp_path / "run"
+    monkeypatch.setattr(runner, "git_commit", lambda: "aaa")
+    run_eval(config, out, lambda q: fake_program, progress=False)
+    monkeypatch.setattr(runner, "git_commit", lambda: "bbb")
+    run_eval(full, out, lambda q: fake_program, progress=False)
+    run_eval(full, out, lambda q: fake_program, progress=False)  # nothing left: evaluates no question
+    monkeypatch.setattr(runner, "git_commit", lambda: "ccc")
+    run_eval(full, out, lambda q: fake_program, progress=False)
+
+    sessions = json.loads((out / "run.json").read_text())["sessions"]
+    assert [(s["commit"], s["evaluated"]) for s in sessions] == [("aaa", 2), ("bbb", 1), ("bbb", 0), ("ccc", 0)]
+    assert tracking.session_commits(out) == ["aaa", "bbb"]
+    # MLflow's git_commit names the code that answered, not whatever is checked out when logging.
+    assert tracking.params_of(full, tracking.session_commits(out))["git_commit"] == "aaa,bbb"
+    assert tracking.session_commits(tmp_path / "nowhere") == []
