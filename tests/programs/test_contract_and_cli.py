@@ -211,3 +211,30 @@ def test_ask_builds_the_kb_on_first_use_and_refuses_another_databases_kb(db_path
     other = make_db(name="other.sqlite")
     assert main(["ask", "--db", other, "--kb-dir", str(kb_dir), "How many stores?"]) == 2
     assert "holds the KB of" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_builds_the_database_and_its_kb_once_then_asks_the_papers_questions(tmp_path, monkeypatch, helpers, capsys):
+    import reflect_sql.lm.factory as factory
+
+    generator = helpers.ScriptedLM(helpers.Script(GenerateSQL={"sql": "SELECT COUNT(*) AS n FROM orders"}), model="scripted/gen")
+    judge = helpers.ScriptedLM(helpers.Script(), model="scripted/judge")
+    monkeypatch.setattr(factory, "configure_lms", lambda settings: (generator, judge))
+    db, kb = tmp_path / "demo.sqlite", tmp_path / "kb"
+
+    assert main(["demo", "--db", str(db), "--kb-dir", str(kb), "--mode", "single-pass"]) == 0
+    out = capsys.readouterr().out
+    headers = [line for line in out.splitlines() if line.startswith("=== Q")]
+    assert [h.split(":")[0] for h in headers] == ["=== Q0", "=== Q2", "=== Q1"]  # the paper's order
+    assert out.count("SELECT COUNT(*) AS n FROM orders") == 3 and "19164" in out  # seed 0 has 19,164 orders
+    built = {p: p.stat().st_mtime_ns for p in kb.rglob("*") if p.is_file()}
+    assert db.is_file() and built
+
+    # A second demo reuses the database and the KB, and an unknown question id is a clear error.
+    db_bytes = db.read_bytes()
+    assert main(["demo", "--db", str(db), "--kb-dir", str(kb), "--mode", "single-pass", "--questions", "3"]) == 0
+    assert db.read_bytes() == db_bytes
+    assert {p: p.stat().st_mtime_ns for p in kb.rglob("*") if p.is_file()} == built  # not rebuilt
+    capsys.readouterr()
+    assert main(["demo", "--db", str(db), "--kb-dir", str(kb), "--questions", "0,9999"]) == 2
+    assert "no question_id 9999" in capsys.readouterr().err
