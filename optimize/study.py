@@ -5,7 +5,9 @@ them), with execution accuracy on a tuning split as the objective.
   ``trials`` completed trials. A trial cut short (Ctrl-C, or a killed process that left it
   RUNNING) is re-queued with the same parameters, and its per-question results resume, because
   each trial evaluates into ``trials/<fingerprint of its settings>/`` through the experiments
-  runner: the same settings always land in the same directory.
+  runner: the same settings always land in the same directory. One process tunes a study at a
+  time (a file lock beside the sqlite database): a second one is refused, because it would take
+  the first one's running trial for an interrupted one.
 - Samplers are seeded; TPE starts modelling after half the trials (at most Optuna's 10), and
   NSGA-II's population is half the trials (at least 4). A resumed study reseeds with ``seed + trials so far``: a sampler restarted
   on its first seed would replay the random start-up points already evaluated.
@@ -22,12 +24,14 @@ them), with execution accuracy on a tuning split as the objective.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import optuna
 import yaml
@@ -298,6 +302,41 @@ def _pipeline_factories() -> FactoryFor:
     return make
 
 
+def study_lock_path(storage: str, name: str, out: Path) -> Path:
+    """Beside a sqlite study's database, so that every process on that file meets the same lock,
+    whatever its --out; in ``out`` for a server storage (which other machines may share too)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    if storage.startswith("sqlite:///"):
+        db = Path(storage[len("sqlite:///"):])
+        return db.parent / f"{db.name}.{safe}.lock"
+    return out / f".{safe}.lock"
+
+
+@contextmanager
+def study_lock(storage: str, name: str, out: Path) -> Iterator[None]:
+    """One tuning process per study: a second one would take the first's running trial for an
+    interrupted one, fail it and queue it again (``requeue_interrupted``)."""
+    path = study_lock_path(storage, name, out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise UserError(f"study {name!r} in {storage} is being tuned by another process (pid {holder}); "
+                            "one process per study at a time: wait for it, or stop it and rerun to resume") from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def run_study(
     config: EvalConfig,
     options: TuneOptions,
@@ -323,68 +362,71 @@ def run_study(
     target = trials if trials is not None else options.trials
     tuning = with_dataset(config, options.dataset)
     multi = options.multi_objective
-    factory_for = factory_for or _pipeline_factories()
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(name, storage, multi, options.seed, target)
-    if not study.trials and options.start_from_config:
-        # Trial 0 runs the configured settings: the baseline the tuned EX is compared with.
-        study.enqueue_trial(params_from_settings(tuning.settings), user_attrs={"baseline": True})
-    queued = requeue_interrupted(study)
-    if queued:
-        log(f"re-queued {queued} interrupted trial(s) with their parameters")
-    remaining = max(0, target - len(_completed(study)))
-    log(f"study {name}: {len(_completed(study))} completed, running {remaining} more ({storage})")
+    with study_lock(storage, name, out):
+        factory_for = factory_for or _pipeline_factories()
+        study = open_study(name, storage, multi, options.seed, target)
+        if not study.trials and options.start_from_config:
+            # Trial 0 runs the configured settings: the baseline the tuned EX is compared with.
+            study.enqueue_trial(params_from_settings(tuning.settings), user_attrs={"baseline": True})
+        queued = requeue_interrupted(study)
+        if queued:
+            log(f"re-queued {queued} interrupted trial(s) with their parameters")
+        remaining = max(0, target - len(_completed(study)))
+        log(f"study {name}: {len(_completed(study))} completed, running {remaining} more ({storage})")
 
-    tracker = _MLflow(config.mlflow_enabled and remaining > 0, config.settings.mlflow_uri,
-                      config.mlflow_experiment, f"tune:{name}")
-    if tracker.closed_stale:
-        log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
-    status = "FAILED"
-    try:
-        if remaining:
-            tracker.log_params({"study": name, "storage": storage, "target_trials": target, "seed": options.seed,
-                                "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json())})
+        tracker = _MLflow(config.mlflow_enabled and remaining > 0, config.settings.mlflow_uri,
+                          config.mlflow_experiment, f"tune:{name}")
+        if tracker.closed_stale:
+            log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
+        status = "FAILED"
+        try:
+            if remaining:
+                tracker.log_params({"study": name, "storage": storage, "target_trials": target, "seed": options.seed,
+                                    "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json())})
 
-        def objective(trial: optuna.Trial):
-            settings = settings_from_params(suggest_params(trial), tuning.settings)
-            trial_config = replace(tuning, settings=settings, name=f"{name}-trial{trial.number}")
-            trial_dir = _trial_out(out, trial_config)
-            trial.set_user_attr("out", str(trial_dir))
-            with tracker.trial(f"trial-{trial.number}"):
-                tracker.log_params({"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}})
-                factory = factory_for(trial_config, trial_dir)
-                try:
-                    summary = run_eval(trial_config, trial_dir, factory, progress=progress)
-                except KeyboardInterrupt:
-                    trial.set_user_attr(_INTERRUPTED, True)
-                    raise
-                finally:
-                    close = getattr(factory, "close", None)
-                    if close is not None:
-                        close()
-                metrics = trial_metrics(summary)
-                for key, value in metrics.items():
-                    trial.set_user_attr(key, value)
-                tracker.log_metrics(metrics)
-            log(f"trial {trial.number}: EX {metrics['ex']:.2f}%, {metrics['lm_calls_per_question']:.2f} LM calls/question")
-            if multi:
-                return metrics["ex"], metrics["lm_calls_per_question"]
-            return metrics["ex"]
+            def objective(trial: optuna.Trial):
+                settings = settings_from_params(suggest_params(trial), tuning.settings)
+                trial_config = replace(tuning, settings=settings, name=f"{name}-trial{trial.number}")
+                trial_dir = _trial_out(out, trial_config)
+                trial.set_user_attr("out", str(trial_dir))
+                with tracker.trial(f"trial-{trial.number}"):
+                    tracker.log_params({"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}})
+                    factory = factory_for(trial_config, trial_dir)
+                    try:
+                        summary = run_eval(trial_config, trial_dir, factory, progress=progress)
+                    except KeyboardInterrupt:
+                        trial.set_user_attr(_INTERRUPTED, True)
+                        raise
+                    finally:
+                        close = getattr(factory, "close", None)
+                        if close is not None:
+                            close()
+                    metrics = trial_metrics(summary)
+                    for key, value in metrics.items():
+                        trial.set_user_attr(key, value)
+                    tracker.log_metrics(metrics)
+                log(f"trial {trial.number}: EX {metrics['ex']:.2f}%, {metrics['lm_calls_per_question']:.2f} LM calls/question")
+                if multi:
+                    return metrics["ex"], metrics["lm_calls_per_question"]
+                return metrics["ex"]
 
-        if remaining:
-            study.optimize(objective, n_trials=remaining)
-        completed = _completed(study)
-        settings_path = config_path = None
-        best: list[dict] = []
-        if completed:
-            settings_path, config_path, best = write_best(study, config, out, multi)
-        plots = save_plots(study, out, multi) if completed else {}
-        tracker.log_artifacts([settings_path, config_path, *(Path(p) for p in plots.values() if p and p.endswith(".png"))])
-        if best:
-            tracker.log_metrics({"best_ex": best[0]["ex"]})
-        status = "FINISHED"
-    finally:
-        tracker.end(status)
-    return TuneResult(name, storage, out, len(completed), best, settings_path, config_path, plots,
-                      round(time.perf_counter() - started, 3))
+            if remaining:
+                study.optimize(objective, n_trials=remaining)
+            completed = _completed(study)
+            settings_path = config_path = None
+            best: list[dict] = []
+            if completed:
+                settings_path, config_path, best = write_best(study, config, out, multi)
+            plots = save_plots(study, out, multi) if completed else {}
+            tracker.log_artifacts([settings_path, config_path, *(Path(p) for p in plots.values() if p and p.endswith(".png"))])
+            if best:
+                tracker.log_metrics({"best_ex": best[0]["ex"]})
+            status = "FINISHED"
+        finally:
+            tracker.end(status)
+        return TuneResult(name, storage, out, len(completed), best, settings_path, config_path, plots,
+                          round(time.perf_counter() - started, 3))
+
+

@@ -1,9 +1,11 @@
 import json
 import math
+import textwrap
 
 import optuna
 import pytest
 
+from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import load_config
 from reflect_sql.experiments.runner import run_eval
 from reflect_sql.optimize.config import load_optimize_config
@@ -136,8 +138,6 @@ def test_multi_objective_writes_the_pareto_front(tmp_path, make_config, scripted
             assert not (t.values[0] >= ex and t.values[1] <= calls and (t.values[0] > ex or t.values[1] < calls))
     assert (tmp_path / "mo" / "pareto_front.png").is_file()
     # A single-objective run cannot reopen it.
-    from reflect_sql.errors import UserError
-
     oc.tune.multi_objective = False
     with pytest.raises(UserError, match="multi-objective"):
         run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=7, out=tmp_path / "mo")
@@ -233,3 +233,44 @@ def test_resuming_closes_the_mlflow_runs_a_killed_process_left_running(tmp_path,
     runs = mlflow.search_runs(experiment_names=["tune-test"], output_format="list")
     fresh = [r for r in runs if r.info.run_name == "tune:tiny-tune" and r.info.run_id != dead_parent.info.run_id]
     assert [r.info.status for r in fresh] == ["FINISHED"]
+
+
+def test_a_second_process_on_the_same_study_is_refused_and_loses_nothing(tmp_path, make_config, scripted_factory):
+    import fcntl
+    import subprocess
+    import sys
+
+    from reflect_sql.optimize.study import study_lock_path
+
+    oc = make_config(limit=1)
+    out = tmp_path / "t"
+    first = run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=1, out=out)
+    storage = first.storage
+    lock = study_lock_path(storage, first.study_name, out)
+    assert lock.parent == out  # beside optuna.db, whatever --out a second process names
+
+    # Another process holds the study (a running `reflect-sql tune`).
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        handle = open({str(lock)!r}, "a+")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0); handle.truncate(); handle.write(str(os.getpid())); handle.flush()
+        print("locked", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        oc.tune.storage = storage
+        with pytest.raises(UserError, match=rf"another process \(pid {holder.pid}\)"):
+            run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=3, out=tmp_path / "elsewhere")
+    finally:
+        holder.kill()
+        holder.wait()
+    study = optuna.load_study(study_name=first.study_name, storage=storage)
+    assert [t.state for t in study.trials] == [COMPLETE]  # the refused process touched nothing
+
+    # Once the holder is gone the study continues where it was.
+    again = run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=2, out=out)
+    assert again.completed == 2
+    with open(lock) as handle:  # released, not left held
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
