@@ -7,10 +7,19 @@ _FENCE = re.compile(r"```(?:[a-zA-Z]+)?\s*\n?(.*?)```", re.DOTALL)
 # DSPy's field markers, which small models sometimes write inside a field ("... [[ ## completed ## ]]").
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
 _START = re.compile(r"\b(WITH|SELECT)\b", re.IGNORECASE)
+# Text that opens with a statement that writes, or reaches past the query (files, other databases,
+# procedures), is kept whole even when a SELECT follows: cut down to that SELECT it would be a
+# different query, answered as if it were the model's. Kept whole, the SQL gate (an AST check, which
+# is what keeps data read-only) refuses it and the refusal goes back to the model. A false match
+# only means that text is not trimmed.
+_WRITE_START = re.compile(
+    r"(INSERT|REPLACE|UPSERT|UPDATE|DELETE|MERGE|CREATE|DROP|ALTER|TRUNCATE|ATTACH|DETACH|VACUUM|PRAGMA"
+    r"|REINDEX|COPY|CALL|EXEC|EXECUTE|GRANT|REVOKE|DO)\b", re.IGNORECASE)
 
 
 def clean_sql(text: str | None) -> str:
-    """The SQL inside ``text``: fenced block if any, from the first WITH/SELECT on, no trailing ';'.
+    """The SQL inside ``text``: fenced block if any, from the first WITH/SELECT on (unless the text
+    opens with a write statement, which stays whole for the gate to refuse), no trailing ';'.
 
     Returns "" when there is no SQL, which the callers record as a failed generation.
     """
@@ -29,29 +38,12 @@ def clean_sql(text: str | None) -> str:
         text = text.split("\n", 1)[1] if "\n" in text else ""
     start = _START.search(text)
     if (start and start.start() > 0 and not text[: start.start()].strip().endswith(("(", ","))
-            and not _is_complete_statement(text)):
+            and not _WRITE_START.match(text)):
         text = text[start.start():]  # prose before the query
     text = text.strip()
     while text.endswith(";"):
         text = text[:-1].rstrip()
     return text
-
-
-def _is_complete_statement(text: str) -> bool:
-    """Whether ``text`` already parses as SQL statements, such as ``INSERT INTO t SELECT ...``: cutting
-    it down to its SELECT would answer a different query, and would hide the write from the SQL gate,
-    which refuses it. Prose before a query does not parse, or parses only as an opaque Command."""
-    import sqlglot
-    from sqlglot import exp
-    from sqlglot.errors import ParseError, TokenError
-
-    import reflect_sql.db.guard  # noqa: F401  (silences sqlglot's Command-fallback warning)
-
-    try:
-        trees = sqlglot.parse(text)
-    except (ParseError, TokenError, RecursionError):
-        return False
-    return bool(trees) and all(tree is not None and not isinstance(tree, exp.Command) for tree in trees)
 
 
 def reads_as_sql(text: str | None) -> bool:

@@ -159,6 +159,15 @@ def test_examples_are_rendered_once():
     ("INSERT INTO t SELECT a FROM b;", "INSERT INTO t SELECT a FROM b"),
     ("CREATE TABLE x AS SELECT 1", "CREATE TABLE x AS SELECT 1"),
     ("DELETE FROM t WHERE a IN (SELECT a FROM b)", "DELETE FROM t WHERE a IN (SELECT a FROM b)"),
+    ("REPLACE INTO t SELECT a FROM b", "REPLACE INTO t SELECT a FROM b"),
+    ("```sql\nreplace into t select a from b\n```", "replace into t select a from b"),
+    ("VACUUM INTO '/tmp/x'; SELECT 1", "VACUUM INTO '/tmp/x'; SELECT 1"),
+    ("ATTACH DATABASE 'x' AS y; SELECT a FROM t", "ATTACH DATABASE 'x' AS y; SELECT a FROM t"),
+    ("CALL p(); SELECT 1", "CALL p(); SELECT 1"),
+    # A label ending in ';' is still prose before the query.
+    ("Fixed query;\nSELECT a FROM t", "SELECT a FROM t"),
+    ("Corrected; SELECT a FROM t", "SELECT a FROM t"),
+    ("Updated the join:\nSELECT a FROM t", "SELECT a FROM t"),
 ])
 def test_clean_sql(raw, sql):
     assert clean_sql(raw) == sql
