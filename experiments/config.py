@@ -40,9 +40,11 @@ _DATASET_KEYS = {"format", "root", "split", "sample", "seed", "limit", "db_ids"}
 _MLFLOW_KEYS = {"enabled", "experiment", "autolog"}
 _KB_KEYS = {"enabled", "cache"}
 # Settings that change where things are kept or how calls are made, not what any question is asked
-# or answered: a run recorded with a cassette may resume replaying it.
+# or answered: a run recorded with a cassette may resume replaying it. max_value_bytes only turns a
+# runaway value (randomblob(1e9)) into an error before it is allocated; leaving it out also keeps
+# the fingerprints of runs started before it existed, so they still resume.
 _NOT_IN_FINGERPRINT = {"lm_record_dir", "lm_replay_dir", "lm_cache", "cache_dir", "model_dir", "kb_dir", "mlflow_uri",
-                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s"}
+                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s", "max_value_bytes"}
 _SECTIONS = {"dataset": _DATASET_KEYS, "mlflow": _MLFLOW_KEYS, "kb": _KB_KEYS}
 
 

@@ -83,7 +83,7 @@ def _fetch(conn: sqlite3.Connection, sql: str, deadline: float) -> list[tuple]:
 
 
 def _run_pair(
-    pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float
+    pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float, max_value_bytes: int = _MAX_VALUE_BYTES
 ) -> tuple[Match | None, list[tuple] | None, list[tuple] | None]:
     """Run prediction then gold under one deadline, as the official ``func_timeout`` wraps both."""
     if pred_sql is None:
@@ -92,7 +92,7 @@ def _run_pair(
         return Match(False, "empty", "blank prediction"), None, None
     deadline = time.monotonic() + timeout_s
     try:
-        conn = connect_read_only(db_path)
+        conn = connect_read_only(db_path, max_value_bytes)
     except sqlite3.Error as exc:  # the file vanished or is not a database: this question, not the run
         return Match(False, "gold_error", f"cannot open the database {db_path}: {exc}"), None, None
     try:
@@ -114,8 +114,9 @@ def _run_pair(
     return None, pred_rows, gold_rows
 
 
-def bird_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Match:
-    failed, pred_rows, gold_rows = _run_pair(pred_sql, gold_sql, db_path, timeout_s)
+def bird_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
+               max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
+    failed, pred_rows, gold_rows = _run_pair(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
     if failed:
         return failed
     ok = set(pred_rows) == set(gold_rows)
@@ -137,8 +138,9 @@ def has_top_level_order_by(sql: str) -> bool:
     return tree.args.get("order") is not None
 
 
-def spider_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Match:
-    failed, pred_rows, gold_rows = _run_pair(pred_sql, gold_sql, db_path, timeout_s)
+def spider_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
+    failed, pred_rows, gold_rows = _run_pair(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
     if failed:
         return failed
     if has_top_level_order_by(gold_sql):
@@ -148,8 +150,10 @@ def spider_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeo
     return Match(ok, "correct" if ok else "wrong")
 
 
-def match(fmt: str, pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> Match:
-    return (bird_match if fmt == "bird" else spider_match)(pred_sql, gold_sql, db_path, timeout_s)
+def match(fmt: str, pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
+          max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
+    """``max_value_bytes``: the run's engine cap, so that scoring accepts every value the engine did."""
+    return (bird_match if fmt == "bird" else spider_match)(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
 
 
 def _percent(correct: int, total: int) -> float | None:

@@ -103,7 +103,8 @@ def _cost(pred: Any, metered: dict[str, Any], seconds: float) -> dict[str, Any]:
     }
 
 
-def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_timeout_s: float) -> tuple[dict[str, Any], list]:
+def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_timeout_s: float,
+                      max_value_bytes: int) -> tuple[dict[str, Any], list]:
     """Run the program on one question and score it; returns the results record and the full trace."""
     from reflect_sql.lm.accounting import CostMeter
 
@@ -120,7 +121,7 @@ def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_
             exception = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - started
     sql = _field(pred, "sql")
-    verdict = match(fmt, sql, q.gold_sql, q.db_path, score_timeout_s)
+    verdict = match(fmt, sql, q.gold_sql, q.db_path, score_timeout_s, max_value_bytes)
     retrieved = json_safe(_field(pred, "retrieved"))
     recall = {"table_recall": None, "column_recall": None}
     if retrieved:
@@ -274,7 +275,8 @@ def run_eval(
             def program(**inputs: Any) -> Any:
                 return factory(q)(**inputs)
 
-            return evaluate_question(config.dataset.format, q, program, config.score_timeout_s)
+            return evaluate_question(config.dataset.format, q, program, config.score_timeout_s,
+                                     config.settings.max_value_bytes)
 
         pool = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="eval")
         try:

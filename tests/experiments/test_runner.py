@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -201,3 +202,25 @@ def test_a_run_resumed_on_other_code_records_every_commit_it_ran_on(tiny_bird, t
     # MLflow's git_commit names the code that answered, not whatever is checked out when logging.
     assert tracking.params_of(full, tracking.session_commits(out))["git_commit"] == "aaa,bbb"
     assert tracking.session_commits(tmp_path / "nowhere") == []
+
+
+def test_scoring_accepts_every_value_the_runs_engine_may_return(tiny_bird, tmp_path):
+    # A 2 MB value: over a 1 MiB cap, the prediction is an error; under the 64 MiB default it runs
+    # (and is merely wrong). Scoring follows the run's cap, not a constant of its own.
+    def big(question, evidence=""):
+        return dspy.Prediction(sql="SELECT length(randomblob(2000000))", rows=[], scores={}, cost={})
+
+    statuses = {}
+    for cap in (2**20, 64 * 2**20):
+        config = load_config(write_config(tmp_path, tiny_bird), limit=1)
+        config.settings = config.settings.model_copy(update={"max_value_bytes": cap})
+        summary = run_eval(config, tmp_path / f"cap{cap}", lambda q: big, progress=False)
+        statuses[cap] = summary["statuses"]
+    assert statuses == {2**20: {"pred_error": 1}, 64 * 2**20: {"wrong": 1}}
+
+
+def test_the_value_cap_is_not_part_of_the_fingerprint(tiny_bird, tmp_path):
+    config = load_config(write_config(tmp_path, tiny_bird))
+    capped = replace(config, settings=config.settings.model_copy(update={"max_value_bytes": 2**20}))
+    stricter = replace(config, settings=config.settings.model_copy(update={"theta_s": 6.0}))
+    assert capped.fingerprint() == config.fingerprint() != stricter.fingerprint()
