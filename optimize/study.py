@@ -118,15 +118,20 @@ def _trial_out(out: Path, config: EvalConfig) -> Path:
     return out / "trials" / config.fingerprint()
 
 
-def close_stale_runs(experiment_id: str, run_name: str) -> int:
-    """Mark KILLED the runs named ``run_name`` (and their trial runs) that a killed tuning process
-    left RUNNING: a study resumes in a new parent run, and the UI would show the old one running
-    forever. One tuning process per study at a time, as for the trials themselves."""
+def _quoted(value: str) -> str:
+    return f"'{value}'" if "'" not in value else f'"{value}"'
+
+
+def close_stale_runs(experiment_id: str, run_name: str, study_tags: dict[str, str]) -> int:
+    """Mark KILLED the parent runs of this very study (``study_tags``: its name and storage) that a
+    killed tuning process left RUNNING, with their trial runs: a study resumes in a new parent run,
+    and the UI would show the old one running forever. The study lock makes sure that no live
+    process owns them; a study of the same name in another storage is not touched."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
-    quote = "'" if "'" not in run_name else '"'
-    stale = client.search_runs([experiment_id], f"attributes.run_name = {quote}{run_name}{quote} "
+    tags = " and ".join(f"tags.{key} = {_quoted(value)}" for key, value in study_tags.items())
+    stale = client.search_runs([experiment_id], f"attributes.run_name = {_quoted(run_name)} and {tags} "
                                                  "and attributes.status = 'RUNNING'")
     closed = 0
     for parent in stale:
@@ -141,7 +146,7 @@ def close_stale_runs(experiment_id: str, run_name: str) -> int:
 class _MLflow:
     """One parent run per invocation, one nested run per trial; a no-op when disabled."""
 
-    def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str):
+    def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str, study_tags: dict[str, str]):
         self.enabled = enabled
         self.parent = None
         self.closed_stale = 0
@@ -151,8 +156,8 @@ class _MLflow:
 
             mlflow.set_tracking_uri(uri)
             experiment_id = mlflow.set_experiment(experiment).experiment_id
-            self.closed_stale = close_stale_runs(experiment_id, run_name)
-            self.parent = mlflow.start_run(run_name=run_name)
+            self.closed_stale = close_stale_runs(experiment_id, run_name, study_tags)
+            self.parent = mlflow.start_run(run_name=run_name, tags=study_tags)
 
     def trial(self, name: str):
         if not self.enabled:
@@ -307,7 +312,7 @@ def study_lock_path(storage: str, name: str, out: Path) -> Path:
     whatever its --out; in ``out`` for a server storage (which other machines may share too)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     if storage.startswith("sqlite:///"):
-        db = Path(storage[len("sqlite:///"):])
+        db = Path(storage[len("sqlite:///"):].split("?", 1)[0])  # ?timeout=30 names the same file
         return db.parent / f"{db.name}.{safe}.lock"
     return out / f".{safe}.lock"
 
@@ -377,7 +382,7 @@ def run_study(
         log(f"study {name}: {len(_completed(study))} completed, running {remaining} more ({storage})")
 
         tracker = _MLflow(config.mlflow_enabled and remaining > 0, config.settings.mlflow_uri,
-                          config.mlflow_experiment, f"tune:{name}")
+                          config.mlflow_experiment, f"tune:{name}", {"study": name, "study_storage": storage})
         if tracker.closed_stale:
             log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
         status = "FAILED"

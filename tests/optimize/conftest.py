@@ -55,7 +55,7 @@ def tiny_dataset(tmp_path: Path) -> Path:
 
 
 def _write_config(path: Path, root: Path, *, limit: int | None = 4, mlflow_uri: str | None = None, extra: str = "") -> Path:
-    mlflow = f"{{enabled: true, experiment: tune-test}}" if mlflow_uri else "{enabled: false}"
+    mlflow = "{enabled: true, experiment: tune-test}" if mlflow_uri else "{enabled: false}"
     text = textwrap.dedent(f"""\
         name: tiny
         dataset: {{format: bird, root: {root}, split: dev, limit: {limit if limit is not None else 'null'}}}

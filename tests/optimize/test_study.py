@@ -217,21 +217,30 @@ def test_resuming_closes_the_mlflow_runs_a_killed_process_left_running(tmp_path,
     mlflow.set_tracking_uri(uri)
     client = MlflowClient()
     experiment_id = mlflow.set_experiment("tune-test").experiment_id
-    # What SIGKILL leaves behind: the study's parent run and its trial run, both RUNNING, and an
-    # unrelated run of another study that must stay as it is.
-    dead_parent = client.create_run(experiment_id, run_name="tune:tiny-tune")
+    out = tmp_path / "t"
+    storage = f"sqlite:///{(out / 'optuna.db').resolve()}"
+    # What SIGKILL leaves behind: the study's parent run and its trial run, both RUNNING; and runs
+    # that must stay as they are: another study, and a study of the same name in another storage
+    # (another --out), which may well be alive.
+    dead_parent = client.create_run(experiment_id, run_name="tune:tiny-tune",
+                                    tags={"study": "tiny-tune", "study_storage": storage})
     dead_trial = client.create_run(experiment_id, run_name="trial-0",
                                    tags={"mlflow.parentRunId": dead_parent.info.run_id})
-    other = client.create_run(experiment_id, run_name="tune:other-study")
+    other = client.create_run(experiment_id, run_name="tune:other-study",
+                              tags={"study": "other-study", "study_storage": storage})
+    namesake = client.create_run(experiment_id, run_name="tune:tiny-tune",
+                                 tags={"study": "tiny-tune", "study_storage": "sqlite:////elsewhere/optuna.db"})
 
     oc = make_config(limit=1, mlflow_uri=uri)
-    run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=1, out=tmp_path / "t")
+    run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=1, out=out)
 
-    status = {r: client.get_run(r.info.run_id).info.status for r in (dead_parent, dead_trial, other)}
+    runs = (dead_parent, dead_trial, other, namesake)
+    status = {r: client.get_run(r.info.run_id).info.status for r in runs}
     assert status[dead_parent] == "KILLED" and status[dead_trial] == "KILLED"
-    assert status[other] == "RUNNING"
+    assert status[other] == "RUNNING" and status[namesake] == "RUNNING"
     runs = mlflow.search_runs(experiment_names=["tune-test"], output_format="list")
-    fresh = [r for r in runs if r.info.run_name == "tune:tiny-tune" and r.info.run_id != dead_parent.info.run_id]
+    fresh = [r for r in runs if r.info.run_name == "tune:tiny-tune"
+             and r.info.run_id not in (dead_parent.info.run_id, namesake.info.run_id)]
     assert [r.info.status for r in fresh] == ["FINISHED"]
 
 
@@ -248,6 +257,7 @@ def test_a_second_process_on_the_same_study_is_refused_and_loses_nothing(tmp_pat
     storage = first.storage
     lock = study_lock_path(storage, first.study_name, out)
     assert lock.parent == out  # beside optuna.db, whatever --out a second process names
+    assert study_lock_path(storage + "?timeout=30", first.study_name, tmp_path / "x") == lock
 
     # Another process holds the study (a running `reflect-sql tune`).
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
