@@ -10,11 +10,30 @@ _START = re.compile(r"\b(WITH|SELECT)\b", re.IGNORECASE)
 # Text that opens with a statement that writes, or reaches past the query (files, other databases,
 # procedures), is kept whole even when a SELECT follows: cut down to that SELECT it would be a
 # different query, answered as if it were the model's. Kept whole, the SQL gate (an AST check, which
-# is what keeps data read-only) refuses it and the refusal goes back to the model. A false match
-# only means that text is not trimmed.
-_WRITE_START = re.compile(
-    r"(INSERT|REPLACE|UPSERT|UPDATE|DELETE|MERGE|CREATE|DROP|ALTER|TRUNCATE|ATTACH|DETACH|VACUUM|PRAGMA"
-    r"|REINDEX|COPY|CALL|EXEC|EXECUTE|GRANT|REVOKE|DO)\b", re.IGNORECASE)
+# is what keeps data read-only) refuses it and the refusal goes back to the model. Each keyword must
+# be followed by its statement's syntax, so that a label such as "Replace the join:" or "Drop the
+# DISTINCT:" is still trimmed as prose.
+_WRITE_START = re.compile(r"""
+    (?:INSERT|REPLACE|UPSERT)(?:\s+OR\s+\w+)?\s+INTO\s
+  | DELETE\s+FROM\s
+  | UPDATE\s+(?:OR\s+\w+\s+)?(?:ONLY\s+)?[\w."`\[\]]+(?:\s+(?:AS\s+)?\w+)?\s+SET\s
+  | MERGE\s+INTO\s
+  | (?:CREATE|DROP)\s+(?:OR\s+REPLACE\s+)?(?:(?:TEMP|TEMPORARY|UNIQUE|VIRTUAL|MATERIALIZED|UNLOGGED|GLOBAL|LOCAL)\s+)*
+      (?:TABLE|VIEW|INDEX|TRIGGER|FUNCTION|PROCEDURE|SCHEMA|DATABASE|EXTENSION|ROLE|USER|SEQUENCE|TYPE|RULE|SERVER)\s
+  | ALTER\s+(?:TABLE|VIEW|INDEX|SCHEMA|DATABASE|ROLE|USER|SEQUENCE|FUNCTION|SYSTEM)\s
+  | TRUNCATE\s+(?:TABLE\s+)?(?:ONLY\s+)?[\w."`\[\]]+\s*(?:;|$|CASCADE|RESTART)
+  | (?:ATTACH|DETACH)\s+(?:DATABASE\s+)?['"\w]
+  | VACUUM\b\s*(?:[\w"]+\s*)?(?:;|$|INTO\s|FULL|ANALYZE|FREEZE|VERBOSE)
+  | REINDEX\b\s*(?:[\w."]+\s*)?(?:;|$)
+  | PRAGMA\s+[\w."]+\s*(?:=|\(|;|$)
+  | COPY\s+(?:\(|[\w."]+\s*(?:\([^)]*\)\s*)?(?:FROM|TO)\s)
+  | CALL\s+[\w."]+\s*\(
+  | EXEC(?:UTE)?\s+[\w."]+\s*(?:\(|;|$|@|'|\d)
+  | (?:GRANT|REVOKE)\s+[\w\s,]+?\s(?:ON|TO|FROM)\s
+  | DO\s+(?:LANGUAGE\s+\w+\s+)?(?:\$|')
+""", re.IGNORECASE | re.VERBOSE)
+# What may come before a statement without being prose: comments, a byte-order mark, stray ';'.
+_LEADING_NOISE = re.compile(r"(?:\s|\ufeff|;|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 
 
 def clean_sql(text: str | None) -> str:
@@ -38,7 +57,7 @@ def clean_sql(text: str | None) -> str:
         text = text.split("\n", 1)[1] if "\n" in text else ""
     start = _START.search(text)
     if (start and start.start() > 0 and not text[: start.start()].strip().endswith(("(", ","))
-            and not _WRITE_START.match(text)):
+            and not _WRITE_START.match(text, _LEADING_NOISE.match(text).end())):
         text = text[start.start():]  # prose before the query
     text = text.strip()
     while text.endswith(";"):

@@ -168,6 +168,27 @@ def test_examples_are_rendered_once():
     ("Fixed query;\nSELECT a FROM t", "SELECT a FROM t"),
     ("Corrected; SELECT a FROM t", "SELECT a FROM t"),
     ("Updated the join:\nSELECT a FROM t", "SELECT a FROM t"),
+    # Labels that open with a statement keyword are prose too: the keyword lacks its syntax.
+    ("Replace the join:\nSELECT a FROM t", "SELECT a FROM t"),
+    ("Drop the DISTINCT:\nSELECT a FROM t", "SELECT a FROM t"),
+    ("Create a query: SELECT a FROM t", "SELECT a FROM t"),
+    ("Update the join to use LEFT JOIN:\nSELECT a FROM t", "SELECT a FROM t"),
+    ("Delete the filter, then: SELECT a FROM t", "SELECT a FROM t"),
+    ("Call it like this: SELECT a FROM t", "SELECT a FROM t"),
+    ("Do this instead: SELECT a FROM t", "SELECT a FROM t"),
+    ("Copy of the fixed query: SELECT a FROM t", "SELECT a FROM t"),
+    ("Explain: SELECT a FROM t", "SELECT a FROM t"),
+    # A comment, a byte-order mark or a stray ';' before a write does not hide it.
+    ("-- fix\nINSERT INTO t SELECT a FROM b", "-- fix\nINSERT INTO t SELECT a FROM b"),
+    ("/* note */ UPDATE t SET a = (SELECT max(a) FROM b)", "/* note */ UPDATE t SET a = (SELECT max(a) FROM b)"),
+    ("\ufeffDELETE FROM t WHERE a IN (SELECT a FROM b)", "\ufeffDELETE FROM t WHERE a IN (SELECT a FROM b)"),
+    ("; DROP TABLE t; SELECT 1", "; DROP TABLE t; SELECT 1"),
+    ("UPDATE OR REPLACE t AS x SET a = (SELECT 1)", "UPDATE OR REPLACE t AS x SET a = (SELECT 1)"),
+    ("CREATE TEMP VIEW v AS SELECT 1", "CREATE TEMP VIEW v AS SELECT 1"),
+    ("PRAGMA writable_schema = 1; SELECT 1", "PRAGMA writable_schema = 1; SELECT 1"),
+    ("COPY (SELECT a FROM t) TO '/tmp/x'", "COPY (SELECT a FROM t) TO '/tmp/x'"),
+    ("DO $$ BEGIN PERFORM (SELECT 1); END $$", "DO $$ BEGIN PERFORM (SELECT 1); END $$"),
+    ("GRANT ALL ON t TO public; SELECT 1", "GRANT ALL ON t TO public; SELECT 1"),
 ])
 def test_clean_sql(raw, sql):
     assert clean_sql(raw) == sql
