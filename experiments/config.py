@@ -40,11 +40,12 @@ _DATASET_KEYS = {"format", "root", "split", "sample", "seed", "limit", "db_ids"}
 _MLFLOW_KEYS = {"enabled", "experiment", "autolog"}
 _KB_KEYS = {"enabled", "cache"}
 # Settings that change where things are kept or how calls are made, not what any question is asked
-# or answered: a run recorded with a cassette may resume replaying it. max_value_bytes only turns a
-# runaway value (randomblob(1e9)) into an error before it is allocated; leaving it out also keeps
-# the fingerprints of runs started before it existed, so they still resume.
+# or answered: a run recorded with a cassette may resume replaying it.
 _NOT_IN_FINGERPRINT = {"lm_record_dir", "lm_replay_dir", "lm_cache", "cache_dir", "model_dir", "kb_dir", "mlflow_uri",
-                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s", "max_value_bytes"}
+                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s"}
+# Settings added after runs were first fingerprinted: left out while at their default, so that a run
+# started before they existed still resumes, and in once changed, so that it then does not.
+_IN_FINGERPRINT_WHEN_CHANGED = {"max_value_bytes"}
 _SECTIONS = {"dataset": _DATASET_KEYS, "mlflow": _MLFLOW_KEYS, "kb": _KB_KEYS}
 
 
@@ -85,7 +86,9 @@ class EvalConfig:
 
     def fingerprint(self) -> str:
         """What decides each question's answer: a resumed run must match it (selection may differ)."""
-        settings = {k: v for k, v in self.settings.model_dump(mode="json").items() if k not in _NOT_IN_FINGERPRINT}
+        defaults = Settings.model_fields
+        settings = {k: v for k, v in self.settings.model_dump(mode="json").items() if k not in _NOT_IN_FINGERPRINT
+                    and not (k in _IN_FINGERPRINT_WHEN_CHANGED and v == defaults[k].default)}
         data = {"mode": self.mode, "kb": self.kb_enabled, "format": self.dataset.format, "root": str(self.dataset.root.resolve()),
                 "split": self.dataset.split, "settings": settings}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

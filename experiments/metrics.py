@@ -34,7 +34,8 @@ DIFFICULTIES = ("simple", "moderate", "challenging")
 # How many SQLite VM steps run between two deadline checks: frequent enough to stop within a few
 # milliseconds, rare enough to cost nothing measurable.
 _PROGRESS_STEPS = 10_000
-# Scoring has no settings of its own: it caps values as the engines do by default.
+# Scoring caps values as the engines do by default; a run that raised its engine's cap raises it
+# here too (``match``), so scoring accepts every value the engine returned.
 _MAX_VALUE_BYTES = Settings.model_fields["max_value_bytes"].default
 
 
@@ -92,7 +93,9 @@ def _run_pair(
         return Match(False, "empty", "blank prediction"), None, None
     deadline = time.monotonic() + timeout_s
     try:
-        conn = connect_read_only(db_path, max_value_bytes)
+        # Never below the default: a lowered cap is the engine's business, and a gold query must
+        # not fail for it.
+        conn = connect_read_only(db_path, max(max_value_bytes, _MAX_VALUE_BYTES))
     except sqlite3.Error as exc:  # the file vanished or is not a database: this question, not the run
         return Match(False, "gold_error", f"cannot open the database {db_path}: {exc}"), None, None
     try:
@@ -152,7 +155,7 @@ def spider_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeo
 
 def match(fmt: str, pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
           max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
-    """``max_value_bytes``: the run's engine cap, so that scoring accepts every value the engine did."""
+    """``max_value_bytes``: the run's engine cap; scoring accepts every value the engine did."""
     return (bird_match if fmt == "bird" else spider_match)(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
 
 

@@ -56,11 +56,12 @@ class Student(dspy.Module):
 # --- metrics -----------------------------------------------------------------------------------
 
 
-def generator_metric(timeout_s: float) -> Callable:
+def generator_metric(timeout_s: float, max_value_bytes: int) -> Callable:
     from reflect_sql.programs.sql_text import clean_sql
 
     def metric(example, pred, trace=None) -> bool:
-        return match(example.fmt, clean_sql(getattr(pred, "sql", "")), example.sql, example.db_path, timeout_s).correct
+        sql = clean_sql(getattr(pred, "sql", ""))
+        return match(example.fmt, sql, example.sql, example.db_path, timeout_s, max_value_bytes).correct
 
     return metric
 
@@ -243,7 +244,7 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
             if target == "generator":
                 fit = labelled.generator_examples(fit_q, contexts, fmt)
                 val = labelled.generator_examples(val_q, contexts, fmt)
-                metric, value, lm = generator_metric(timeout), None, generator_lm
+                metric, value, lm = generator_metric(timeout, experiment.settings.max_value_bytes), None, generator_lm
             else:
                 if cases_fit is None:
                     cases_fit = labelled.judge_cases(fit_q, contexts, fmt, timeout)

@@ -205,22 +205,34 @@ def test_a_run_resumed_on_other_code_records_every_commit_it_ran_on(tiny_bird, t
 
 
 def test_scoring_accepts_every_value_the_runs_engine_may_return(tiny_bird, tmp_path):
-    # A 2 MB value: over a 1 MiB cap, the prediction is an error; under the 64 MiB default it runs
-    # (and is merely wrong). Scoring follows the run's cap, not a constant of its own.
+    # A 70 MB value: past the 64 MiB default the prediction is an error; a run whose engine cap was
+    # raised to 128 MiB scores it (merely wrong). A lowered cap leaves scoring at the default.
     def big(question, evidence=""):
-        return dspy.Prediction(sql="SELECT length(randomblob(2000000))", rows=[], scores={}, cost={})
+        return dspy.Prediction(sql="SELECT length(randomblob(70000000))", rows=[], scores={}, cost={})
 
     statuses = {}
-    for cap in (2**20, 64 * 2**20):
+    for cap in (2**20, 64 * 2**20, 128 * 2**20):
         config = load_config(write_config(tmp_path, tiny_bird), limit=1)
         config.settings = config.settings.model_copy(update={"max_value_bytes": cap})
         summary = run_eval(config, tmp_path / f"cap{cap}", lambda q: big, progress=False)
         statuses[cap] = summary["statuses"]
-    assert statuses == {2**20: {"pred_error": 1}, 64 * 2**20: {"wrong": 1}}
+    assert statuses == {2**20: {"pred_error": 1}, 64 * 2**20: {"pred_error": 1}, 128 * 2**20: {"wrong": 1}}
 
 
-def test_the_value_cap_is_not_part_of_the_fingerprint(tiny_bird, tmp_path):
+def test_the_value_cap_is_in_the_fingerprint_only_once_changed(tiny_bird, tmp_path):
+    from reflect_sql.experiments.config import _IN_FINGERPRINT_WHEN_CHANGED
+
     config = load_config(write_config(tmp_path, tiny_bird))
     capped = replace(config, settings=config.settings.model_copy(update={"max_value_bytes": 2**20}))
-    stricter = replace(config, settings=config.settings.model_copy(update={"theta_s": 6.0}))
-    assert capped.fingerprint() == config.fingerprint() != stricter.fingerprint()
+    # The fingerprint of a default config is what it was before max_value_bytes existed, so runs
+    # started then still resume; a changed cap changes it, so a resume cannot mix two caps.
+    data = config.settings.model_dump(mode="json")
+    for key in _IN_FINGERPRINT_WHEN_CHANGED:
+        data.pop(key)
+
+    class SettingsBeforeTheCap:  # what the fingerprint read of settings before the key existed
+        def model_dump(self, mode):
+            return data
+
+    older = replace(config, settings=SettingsBeforeTheCap())
+    assert config.fingerprint() == older.fingerprint() != capped.fingerprint()
