@@ -125,8 +125,8 @@ def _quoted(value: str) -> str:
 def close_stale_runs(experiment_id: str, run_name: str, study_tags: dict[str, str]) -> int:
     """Mark KILLED the parent runs of this very study (``study_tags``: its name and storage) that a
     killed tuning process left RUNNING, with their trial runs: a study resumes in a new parent run,
-    and the UI would show the old one running forever. The study lock makes sure that no live
-    process owns them; a study of the same name in another storage is not touched."""
+    and the UI would show the old one running forever. Called under the study lock of a sqlite
+    study, so no live process owns them; a study of the same name elsewhere is not touched."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
@@ -146,7 +146,8 @@ def close_stale_runs(experiment_id: str, run_name: str, study_tags: dict[str, st
 class _MLflow:
     """One parent run per invocation, one nested run per trial; a no-op when disabled."""
 
-    def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str, study_tags: dict[str, str]):
+    def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str, study_tags: dict[str, str],
+                 close_stale: bool):
         self.enabled = enabled
         self.parent = None
         self.closed_stale = 0
@@ -156,7 +157,8 @@ class _MLflow:
 
             mlflow.set_tracking_uri(uri)
             experiment_id = mlflow.set_experiment(experiment).experiment_id
-            self.closed_stale = close_stale_runs(experiment_id, run_name, study_tags)
+            if close_stale:
+                self.closed_stale = close_stale_runs(experiment_id, run_name, study_tags)
             self.parent = mlflow.start_run(run_name=run_name, tags=study_tags)
 
     def trial(self, name: str):
@@ -307,12 +309,20 @@ def _pipeline_factories() -> FactoryFor:
     return make
 
 
+def sqlite_storage_file(storage: str) -> Path | None:
+    """The database file of a sqlite storage URL, resolved (``?timeout=30`` names the same file);
+    None for a server storage."""
+    if not storage.startswith("sqlite:///"):
+        return None
+    return Path(storage[len("sqlite:///"):].split("?", 1)[0]).resolve()
+
+
 def study_lock_path(storage: str, name: str, out: Path) -> Path:
     """Beside a sqlite study's database, so that every process on that file meets the same lock,
-    whatever its --out; in ``out`` for a server storage (which other machines may share too)."""
+    whatever its --out; in ``out`` for a server storage (processes elsewhere do not see it)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    if storage.startswith("sqlite:///"):
-        db = Path(storage[len("sqlite:///"):].split("?", 1)[0])  # ?timeout=30 names the same file
+    db = sqlite_storage_file(storage)
+    if db is not None:
         return db.parent / f"{db.name}.{safe}.lock"
     return out / f".{safe}.lock"
 
@@ -369,6 +379,10 @@ def run_study(
     multi = options.multi_objective
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Only a sqlite study's lock covers every process that could own its runs; on a server storage a
+    # live process elsewhere might, so its stale runs are left for the user to close.
+    storage_file = sqlite_storage_file(storage)
+    storage_id = f"sqlite:///{storage_file}" if storage_file is not None else storage.split("?", 1)[0]
     with study_lock(storage, name, out):
         factory_for = factory_for or _pipeline_factories()
         study = open_study(name, storage, multi, options.seed, target)
@@ -382,7 +396,8 @@ def run_study(
         log(f"study {name}: {len(_completed(study))} completed, running {remaining} more ({storage})")
 
         tracker = _MLflow(config.mlflow_enabled and remaining > 0, config.settings.mlflow_uri,
-                          config.mlflow_experiment, f"tune:{name}", {"study": name, "study_storage": storage})
+                          config.mlflow_experiment, f"tune:{name}", {"study": name, "study_storage": storage_id},
+                          close_stale=storage_file is not None)
         if tracker.closed_stale:
             log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
         status = "FAILED"

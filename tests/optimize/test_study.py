@@ -232,6 +232,7 @@ def test_resuming_closes_the_mlflow_runs_a_killed_process_left_running(tmp_path,
                                  tags={"study": "tiny-tune", "study_storage": "sqlite:////elsewhere/optuna.db"})
 
     oc = make_config(limit=1, mlflow_uri=uri)
+    oc.tune.storage = storage + "?timeout=30"  # the same study file, named another way
     run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=1, out=out)
 
     runs = (dead_parent, dead_trial, other, namesake)
