@@ -24,7 +24,7 @@ class PipelineFactory:
         import dspy
 
         from reflect_sql.lm.factory import configure_lms
-        from reflect_sql.lm.failures import make_adapter
+        from reflect_sql.lm.adapters import make_adapter
 
         self.config = config
         self.settings = config.settings

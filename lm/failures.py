@@ -12,9 +12,8 @@ them reaches the caller here. The loops wrap predictor calls:
             raise
         ...  # e.g. treat the judgement as failed and move on
 
-ChatAdapter retries a reply it cannot parse with JSONAdapter (one more LM call). ``make_adapter``
-returns a ChatAdapter that counts those fallbacks in the open ``CostMeter``s, or turns them off
-(setting ``json_adapter_fallback``).
+The adapters (``lm/adapters.py``) count ChatAdapter's JSONAdapter fallbacks; an unparsable reply
+that survives them arrives here as ``AdapterParseError`` and becomes the failure kind "parse".
 """
 from __future__ import annotations
 
@@ -22,11 +21,9 @@ import builtins
 from contextlib import contextmanager
 from typing import Iterator, Literal
 
-import dspy
 from dspy.lm15 import LM15Error
 from dspy.utils.exceptions import AdapterParseError, LMError, LMTimeoutError
 
-from reflect_sql.lm.accounting import note_adapter_fallback
 
 FailureKind = Literal["timeout", "api", "format", "empty", "miss"]
 KINDS = ("timeout", "api", "format", "empty", "miss")
@@ -89,15 +86,3 @@ def lm_failures() -> Iterator[None]:
         if failure is None or failure is exc:
             raise
         raise failure from exc
-
-
-class CountingChatAdapter(dspy.ChatAdapter):
-    """ChatAdapter that reports each JSONAdapter fallback to the open cost meters."""
-
-    def _make_json_adapter_fallback(self):
-        note_adapter_fallback()
-        return super()._make_json_adapter_fallback()
-
-
-def make_adapter(settings) -> dspy.ChatAdapter:
-    return CountingChatAdapter(use_json_adapter_fallback=settings.json_adapter_fallback)

@@ -42,6 +42,7 @@ from typing import Any, Callable, Union
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
 
 from reflect_sql.lm.accounting import current_predictor
+from reflect_sql.lm.adapters import parse_head
 from reflect_sql.lm.client import ReflectLM
 from reflect_sql.lm.threaded import ThreadedAsyncEngine
 
@@ -130,7 +131,8 @@ class ScriptedEngine:
         system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system or ())
         last_user = next((m.text or "" for m in reversed(request.messages) if m.role == "user"), "")
         name = current_predictor() or "unknown"
-        inputs = _inputs(last_user)
+        # The shared-head layout puts the question, evidence and schema in the system message.
+        inputs = {**parse_head(system), **_inputs(last_user)}
         json_wanted = bool(request.config.response_format) or "JSON object" in last_user
         with self._lock:
             self.calls.append((name, inputs))

@@ -204,7 +204,7 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     and the report (also stored in the file's metadata)."""
     from reflect_sql.experiments.pipeline import PipelineFactory
     from reflect_sql.lm.factory import configure_lms
-    from reflect_sql.lm.failures import make_adapter
+    from reflect_sql.lm.adapters import make_adapter
 
     started = time.perf_counter()
     experiment, options = oc.experiment, oc.compile

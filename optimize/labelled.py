@@ -32,7 +32,7 @@ def _handles(program: Any) -> Any:
 
 GENERATOR_INPUTS = ("question", "evidence", "dialect", "schema_context", "examples", "feedback")
 SEMANTIC_INPUTS = ("question", "evidence", "schema_context", "sql")
-ENTAILMENT_INPUTS = ("question", "evidence", "sql", "result_preview", "check_findings")
+ENTAILMENT_INPUTS = ("question", "evidence", "schema_context", "sql", "result_preview", "check_findings")
 
 # The semantic criterion each mistake offends, and how low the rubric puts it.
 _SEMANTIC_HIT = {
@@ -180,7 +180,7 @@ def semantic_examples(cases: list[Case]) -> list[dspy.Example]:
 
 def entailment_examples(cases: list[Case]) -> list[dspy.Example]:
     return [dspy.Example(
-        question=c.question.question, evidence=c.question.evidence or "", sql=c.sql,
+        question=c.question.question, evidence=c.question.evidence or "", schema_context=c.schema_context, sql=c.sql,
         result_preview=c.result_preview, check_findings=c.check_findings,
         **entailment_reference(c), label=c.correct, kind=c.kind, key=c.question.key,
     ).with_inputs(*ENTAILMENT_INPUTS) for c in cases]

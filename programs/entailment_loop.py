@@ -54,6 +54,12 @@ def execute(engine: Engine, sql: str, settings: Settings) -> tuple[QueryResult |
         return None, f"{exc.kind}: {exc.message}"
 
 
+def schema_context_of(candidate: Candidate) -> str:
+    """The context the candidate was written from: the judge reads the same schema, and with the
+    shared-head prompt layout the same prompt head, as the generator did."""
+    return candidate.context.render() if candidate.context is not None else ""
+
+
 class EntailmentLoop(dspy.Module):
     def __init__(self, settings: Settings, handles: Handles):
         super().__init__()
@@ -88,10 +94,10 @@ class EntailmentLoop(dspy.Module):
         step.inputs.update({"rows": len(result.rows), "checks": [f.to_json() for f in candidate.findings]})
         call = call_predictor(
             self.judge, "entailment.judge", self.handles.judge_lm,
-            question=question, evidence=evidence or "", sql=candidate.sql, result_preview=preview,
-            check_findings=render_findings(candidate.findings),
+            question=question, evidence=evidence or "", schema_context=schema_context_of(candidate),
+            sql=candidate.sql, result_preview=preview, check_findings=render_findings(candidate.findings),
         )
-        step.cost = call.cost
+        step.cost, step.retry = call.cost, call.retried
         if call.output is None:
             candidate.entailment_score = None
             candidate.entailment = {"E_schema": None, "E_data": None, "diagnosis": ""}

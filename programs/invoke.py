@@ -1,5 +1,10 @@
 """Calling one predictor: on its role's LM, labelled for accounting, with its cost measured, and
-with bad LM output turned into a recorded failure instead of an exception."""
+with bad LM output turned into a recorded failure instead of an exception.
+
+A judge's reply is also checked as a judgment (``programs/judgment.py``): one that contradicts
+itself or leaves its scale is retried once through the other adapter, and is a failure of kind
+"judgment" when the retry is no better. The retry's cost is in the call's cost.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,9 +13,11 @@ from typing import Any
 import dspy
 
 from reflect_sql.lm.accounting import CostMeter, lm_scope
+from reflect_sql.lm.adapters import other_adapter
 from reflect_sql.lm.failures import LMFailure, lm_failures
+from reflect_sql.programs.judgment import checker
 
-COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "seconds")
+COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds")
 
 
 def cost_of(meter: CostMeter) -> dict[str, Any]:
@@ -23,6 +30,7 @@ class Call:
     output: dspy.Prediction | None
     failure: str | None = None  # "<kind>: <message>" when the LM gave nothing usable
     cost: dict[str, Any] = field(default_factory=dict)
+    retried: str | None = None  # why the reply was asked for again through the other adapter
 
 
 def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = None, **inputs: Any) -> Call:
@@ -32,11 +40,21 @@ def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = 
     """
     meter = CostMeter(scope)
     overrides = {"lm": lm} if lm is not None else {}
+    check = checker(getattr(getattr(predictor, "signature", None), "__name__", ""))
+    retried = None
     try:
         with meter, lm_scope(scope), dspy.context(**overrides), lm_failures():
             output = predictor(**inputs)
+            retried = check(output) if check is not None else None
+            if retried is not None:
+                with dspy.context(adapter=other_adapter(dspy.settings.adapter)):
+                    output = predictor(**inputs)
+                still = check(output)
+                if still is not None:
+                    return Call(None, f"judgment: {still} (also after a retry through the other adapter)",
+                                cost_of(meter), retried)
     except LMFailure as failure:
         if failure.fatal:
             raise
-        return Call(None, f"{failure.kind}: {failure.message}", cost_of(meter))
-    return Call(output, None, cost_of(meter))
+        return Call(None, f"{failure.kind}: {failure.message}", cost_of(meter), retried)
+    return Call(output, None, cost_of(meter), retried)

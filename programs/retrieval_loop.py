@@ -65,7 +65,7 @@ class RetrievalLoop(dspy.Module):
                 self.judge, "retrieval.judge", self.handles.judge_lm,
                 question=question, evidence=evidence or "", schema_context=context.render(), diagnosis=diagnosis or "",
             )
-            step.cost = call.cost
+            step.cost, step.retry = call.cost, call.retried
             rewritten = ""
             if call.output is None:
                 step.failure = f"retrieval judge failed ({call.failure}); treated as insufficient"

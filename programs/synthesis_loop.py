@@ -94,7 +94,7 @@ class SynthesisLoop(dspy.Module):
 
             candidate = Candidate(sql=sql, round=round, context=context, retrieval_score=retrieval_score)
             if s.use_syntax_reflection:
-                self._syntax(candidate, question, schema_text, trace, round, it)
+                self._syntax(candidate, question, evidence, schema_text, trace, round, it)
             if candidate.sql in seen:
                 # The judge sees only the SQL, so it would repeat its verdict, the feedback would repeat,
                 # and so would the generator: a fixed point, not progress.
@@ -115,7 +115,8 @@ class SynthesisLoop(dspy.Module):
             best = better(best, candidate, synthesis_rank)
         return best
 
-    def _syntax(self, candidate: Candidate, question: str, schema_text: str, trace: Trace, round: int, generation: int) -> None:
+    def _syntax(self, candidate: Candidate, question: str, evidence: str, schema_text: str, trace: Trace, round: int,
+                generation: int) -> None:
         s = self.settings
         for attempt in range(s.max_syntax_repairs + 1):
             error = compile_error(self.handles.engine, candidate.sql)
@@ -131,7 +132,8 @@ class SynthesisLoop(dspy.Module):
                 return
             call = call_predictor(
                 self.repairer, "synthesis.repairer", self.handles.generator_lm,
-                question=question, dialect=self.handles.engine.dialect, schema_context=schema_text, sql=candidate.sql, error=error,
+                question=question, evidence=evidence or "", dialect=self.handles.engine.dialect, schema_context=schema_text,
+                sql=candidate.sql, error=error,
             )
             step.cost = call.cost
             repaired = clean_sql(call.output.repaired_sql) if call.output is not None else ""
@@ -155,7 +157,8 @@ class SynthesisLoop(dspy.Module):
             self.judge, "synthesis.judge", self.handles.judge_lm,
             question=question, evidence=evidence or "", schema_context=schema_text, sql=candidate.sql,
         )
-        step = trace.add(TraceStep("synthesis.semantic", round, it, inputs={"sql": candidate.sql}, cost=call.cost))
+        step = trace.add(TraceStep("synthesis.semantic", round, it, inputs={"sql": candidate.sql}, cost=call.cost,
+                                   retry=call.retried))
         last = it == iterations - 1
         if call.output is None:
             candidate.passed_semantic = False

@@ -38,6 +38,7 @@ class TraceStep:
     feedback: str | None = None
     rewrite: dict[str, Any] | None = None
     failure: str | None = None
+    retry: str | None = None  # why the LM was asked again for this step's reply (a self-contradicting judge)
     cost: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -78,6 +78,9 @@ class Settings(BaseModel):
     lm_record_dir: Path | None = Field(None, description="Record every LM call (request hash -> response) into this cassette dir.")
     lm_replay_dir: Path | None = Field(None, description="Serve LM calls only from this cassette dir; a missing call is an error.")
     json_adapter_fallback: bool = Field(True, description="Retry an unparsable ChatAdapter reply with JSONAdapter (one more LM call).")
+    prompt_layout: Literal["shared_head", "dspy"] = Field(
+        "shared_head", description="shared_head: every call for a question opens with the same question, evidence and "
+        "schema context, so the embedded engine's prefix cache serves them; dspy: DSPy's layout, instructions first.")
 
     # --- Query execution ---
     query_timeout_s: float = Field(30.0, gt=0)

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import dspy
 
-from reflect_sql.signatures.scales import Score5
+from reflect_sql.signatures.scales import SCALE_5, Score5
 
 
 class EntailmentJudge(dspy.Signature):
     """A SQL query was run for a question; you see the query, a preview of its result and the
     findings of automatic result checks. Judge whether the result entails an answer to the question.
 
-    Score two things on a 1-5 scale:
+    Score two things, each an integer from 1 (wrong) to 5 (right):
     - schema entailment E_schema: do the tables, columns, joins and filters used mean what the
       question asks? 1 = they answer a different question; 3 = mostly right with one mismatch
       (a wrong filter value, a wrong column); 5 = they exactly express the question.
@@ -28,10 +28,13 @@ class EntailmentJudge(dspy.Signature):
 
     question: str = dspy.InputField(desc="The user's question.")
     evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
+    schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The executed SQL.")
     result_preview: str = dspy.InputField(desc="Row count, column names and the first rows of the result.")
     check_findings: str = dspy.InputField(desc="Findings of the deterministic result checks, or that all passed.")
 
-    e_schema: Score5 = dspy.OutputField(desc="E_schema, 1-5: 1 different question, 3 one mismatch, 5 exact.")
-    e_data: Score5 = dspy.OutputField(desc="E_data, 1-5: 1 cannot be the answer, 3 suspicious, 5 clearly the answer.")
+    e_schema: Score5 = dspy.OutputField(desc=SCALE_5.describe(
+        "E_schema", {1: "answers a different question", 3: "one mismatch", 5: "exactly the question"}))
+    e_data: Score5 = dspy.OutputField(desc=SCALE_5.describe(
+        "E_data", {1: "cannot be the answer", 3: "plausible but suspicious", 5: "clearly the answer"}))
     diagnosis: str = dspy.OutputField(desc="What is wrong with the result and how to fix the query, or 'none'.")

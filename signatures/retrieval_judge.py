@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import dspy
 
-from reflect_sql.signatures.scales import Score10
+from reflect_sql.signatures.scales import SCALE_10, Score10
 
 
 class RetrievalJudge(dspy.Signature):
     """You review the database schema context retrieved for a question, before any SQL is written.
     Decide whether a careful analyst could write the correct SQL from this context alone.
 
-    Score two things on a 1-10 scale:
+    Score two things, each an integer from 1 (worst) to 10 (best):
     - relevance R: are the retrieved tables and columns about what the question asks?
       1 = none of them relate to the question; 5 = some relate, but much of the context is noise or
       the central entity is only loosely covered; 10 = every retrieved element bears on the question.
@@ -33,8 +33,10 @@ class RetrievalJudge(dspy.Signature):
     missing_aspects: list[str] = dspy.OutputField(
         desc="Concrete things the SQL needs that the context lacks; [] when nothing is missing."
     )
-    relevance: Score10 = dspy.OutputField(desc="R, 1-10: 1 unrelated, 5 partly related, 10 all relevant.")
-    completeness: Score10 = dspy.OutputField(desc="C, 1-10: 1 central part missing, 5 a filter/value/join missing, 10 complete.")
+    relevance: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+        "R", {1: "unrelated", 5: "partly related", 10: "every element relevant"}))
+    completeness: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+        "C", {1: "the central table or measure missing", 5: "a filter, value or join key missing", 10: "nothing missing"}))
     rewritten_question: str = dspy.OutputField(
         desc="Q': the question restated for a second schema search, naming the missing concepts."
     )

@@ -1,8 +1,36 @@
-"""The judges' score types. Literal (not a bare int) so that an out-of-scale answer fails to parse
-instead of silently passing: a 12 on a 1-10 rubric is a malformed judgment, not a strong one."""
+"""The judges' score scales.
+
+A score is asked for as an integer with its anchors in words ("an integer from 1 (...) to 10
+(...)"), not as a list of options: DSPy renders ``Literal[1, ..., 10]`` as "one of: 1; 2; ...; 10",
+and the embedded Qwen2.5-Coder models copy the first option into every score field, even after a
+rationale that says the SQL is right (experiments/results/judge_scale.md). An integer outside its
+scale is a malformed judgment, not a strong one: ``out_of_scale`` names it, and the caller treats
+the reply as unparsable (``programs/judgment.py``).
+"""
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
 
-Score10 = Literal[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
-Score5 = Literal[1, 2, 3, 4, 5]
+
+@dataclass(frozen=True)
+class Scale:
+    low: int
+    high: int
+
+    def describe(self, label: str, anchors: dict[int, str]) -> str:
+        """``"C: an integer from 1 (wrong columns) to 10 (exact); 5 = one wrong"``: the ends first, as
+        the model reads the range before the middle."""
+        ends = f"an integer from {self.low} ({anchors[self.low]}) to {self.high} ({anchors[self.high]})"
+        middle = "; ".join(f"{k} = {v}" for k, v in sorted(anchors.items()) if k not in (self.low, self.high))
+        return f"{label}: {ends}" + (f"; {middle}" if middle else "")
+
+    def contains(self, value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+
+
+SCALE_10 = Scale(1, 10)
+SCALE_5 = Scale(1, 5)
+
+# The annotation of a score field; the range is checked on the parsed value (see module docstring).
+Score10 = int
+Score5 = int

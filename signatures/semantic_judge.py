@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import dspy
 
-from reflect_sql.signatures.scales import Score10
+from reflect_sql.signatures.scales import SCALE_10, Score10
 
 
 class SemanticJudge(dspy.Signature):
     """You review a SQL query written for a question, before it runs. Judge its meaning, not its
-    style. For each criterion write a one-line rationale, then a score from 1 to 10:
+    style. For each criterion write a one-line rationale, then its score, an integer from 1 (wrong) to 10
+    (right) that agrees with the rationale:
 
     - column consistency C: does it select and filter on the columns the question refers to, with
       the right meaning (e.g. the price column, not an id)? 1 = wrong columns throughout;
@@ -32,12 +33,16 @@ class SemanticJudge(dspy.Signature):
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The SQL query under review.")
 
-    column_rationale: str = dspy.OutputField(desc="One line on column consistency.")
-    column_consistency: Score10 = dspy.OutputField(desc="C, 1-10: 1 wrong columns, 5 one wrong/missing, 10 exact.")
-    granularity_rationale: str = dspy.OutputField(desc="One line on granularity and aggregation.")
-    granularity: Score10 = dspy.OutputField(desc="G, 1-10: 1 wrong level/aggregate, 5 grouping off, 10 exact.")
-    join_rationale: str = dspy.OutputField(desc="One line on the joins.")
-    join_consistency: Score10 = dspy.OutputField(desc="J, 1-10: 1 wrong/missing keys, 5 spurious join, 10 correct.")
-    logic_rationale: str = dspy.OutputField(desc="One line on filters, arithmetic and conditions.")
-    query_logic: Score10 = dspy.OutputField(desc="Q, 1-10: 1 different question, 5 one thing wrong, 10 correct.")
+    column_rationale: str = dspy.OutputField(desc="One short line on column consistency.")
+    column_consistency: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+        "C", {1: "wrong columns", 5: "one column wrong or missing", 10: "exactly the asked columns"}))
+    granularity_rationale: str = dspy.OutputField(desc="One short line on granularity and aggregation.")
+    granularity: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+        "G", {1: "wrong level or aggregate", 5: "grouping or DISTINCT/LIMIT off", 10: "exactly the asked granularity"}))
+    join_rationale: str = dspy.OutputField(desc="One short line on the joins.")
+    join_consistency: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+        "J", {1: "wrong or missing join keys", 5: "a spurious join", 10: "correct joins, or none needed"}))
+    logic_rationale: str = dspy.OutputField(desc="One short line on filters, arithmetic and conditions.")
+    query_logic: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+        "Q", {1: "answers a different question", 5: "one condition wrong", 10: "all correct"}))
     diagnosis: str = dspy.OutputField(desc="The concrete problems and their fixes, or 'none'.")

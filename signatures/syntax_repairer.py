@@ -12,6 +12,7 @@ class RepairSQL(dspy.Signature):
     be a single read-only SELECT (or WITH ... SELECT): statements that modify data are refused."""
 
     question: str = dspy.InputField(desc="The user's question the SQL must answer.")
+    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
     dialect: str = dspy.InputField(desc="SQL dialect of the database, e.g. sqlite or postgres.")
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The SQL that failed.")

@@ -87,7 +87,7 @@ def _ask(args: argparse.Namespace) -> int:
 
     from reflect_sql.db import open_engine
     from reflect_sql.lm.factory import configure_lms
-    from reflect_sql.lm.failures import make_adapter
+    from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.programs import build_program, prediction_to_json
 
     def status(message: str) -> None:

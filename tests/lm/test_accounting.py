@@ -7,7 +7,8 @@ import dspy
 import pytest
 
 from reflect_sql.lm.accounting import CostMeter, lm_scope
-from reflect_sql.lm.failures import CountingChatAdapter, LMFailure, lm_failures
+from reflect_sql.lm.adapters import CountingChatAdapter
+from reflect_sql.lm.failures import LMFailure, lm_failures
 from reflect_sql.lm.scripted import ScriptedLM
 
 

@@ -16,7 +16,7 @@ import pytest
 from reflect_sql.lm.accounting import CostMeter, lm_scope
 from reflect_sql.lm.cassette import Cassette
 from reflect_sql.lm.factory import make_lm
-from reflect_sql.lm.failures import make_adapter
+from reflect_sql.lm.adapters import make_adapter
 
 pytestmark = pytest.mark.embedded_lm
 

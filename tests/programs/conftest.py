@@ -154,7 +154,7 @@ def run_program(engine, retriever, script, settings: Settings | None = None, mod
     """Build the program, answer one question on a scripted LM; returns (prediction, lm)."""
     import dspy
 
-    from reflect_sql.lm.failures import make_adapter
+    from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.programs import build_program
 
     settings = settings or PaperSettings()

@@ -190,7 +190,7 @@ def test_judges_run_on_the_judge_lm_and_the_generator_on_its_own(engine, retriev
 
 def test_cost_adds_up_over_the_trace(run, helpers):
     pred, lm = run(script(helpers))
-    assert set(pred.cost) == {"lm_calls", "prompt_tokens", "completion_tokens", "seconds"}
+    assert set(pred.cost) == {"lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds"}
     assert pred.cost["lm_calls"] == len(lm.calls) == 5
     step_costs = [s["cost"] for s in pred.trace if s["cost"]]
     assert sum(c["lm_calls"] for c in step_costs) == pred.cost["lm_calls"]

@@ -201,7 +201,7 @@ def test_entailment_cap_returns_the_best_candidate_with_its_scores_and_rows(run,
     sqls = ["SELECT name FROM stores", ALSO_GOOD, "SELECT id FROM stores"]
     script = helpers.Script(
         GenerateSQL=[{"sql": s} for s in sqls],
-        EntailmentJudge=[helpers.entailment(2, 2), helpers.entailment(3, 2), helpers.entailment(1, 1)],
+        EntailmentJudge=[helpers.entailment(2, 2), helpers.entailment(3, 2), helpers.entailment(1, 1, "wrong column")],
     )
     pred, lm = run(script, settings)
     counts = helpers.calls_by_signature(lm)
@@ -248,13 +248,55 @@ def test_garbage_from_a_judge_is_a_recorded_failure_not_a_crash(run, helpers):
     assert pred.sql == GOOD and pred.scores["semantic"] == 9.0
 
 
-def test_out_of_scale_score_is_a_parse_failure(run, helpers):
+def test_out_of_scale_score_is_retried_once_through_the_other_adapter(run, helpers):
     script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": GOOD}],
                             EntailmentJudge=[helpers.entailment(5, 9), helpers.entailment(5, 5)])
+    pred, lm = run(script, Settings(max_entailment_iterations=2, json_adapter_fallback=False))
+    first = steps(pred, "entailment")[0]
+    assert first["retry"] == "e_data=9 is not an integer from 1 to 5"
+    assert first["failure"] is None and first["decision"] == "accept"
+    assert first["cost"]["lm_calls"] == 2  # the retry is paid for and shows
+    assert helpers.calls_by_signature(lm)["EntailmentJudge"] == 2
+    assert pred.sql == ALSO_GOOD and pred.scores["entailment"] == 5.0
+
+
+def test_a_reply_out_of_scale_twice_is_a_judgment_failure(run, helpers):
+    script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": GOOD}],
+                            EntailmentJudge=[helpers.entailment(5, 9), helpers.entailment(0, 5), helpers.entailment(5, 5)])
     pred, _ = run(script, Settings(max_entailment_iterations=2, json_adapter_fallback=False))
     first = steps(pred, "entailment")[0]
-    assert "entailment judge failed" in first["failure"]
+    assert "entailment judge failed (judgment: e_schema=0 is not an integer from 1 to 5" in first["failure"]
     assert pred.scores["entailment"] == 5.0
+
+
+@pytest.mark.parametrize("judge", ["SemanticJudge", "EntailmentJudge"])
+def test_bottom_scores_with_no_diagnosis_contradict_themselves_and_are_asked_again(run, helpers, judge):
+    contradiction = helpers.semantic(1) if judge == "SemanticJudge" else helpers.entailment(1, 1)
+    coherent = helpers.semantic(9) if judge == "SemanticJudge" else helpers.entailment(5, 5)
+    script = helpers.Script(GenerateSQL={"sql": GOOD}, **{judge: [contradiction, coherent]})
+    pred, lm = run(script, Settings())
+    loop = "synthesis.semantic" if judge == "SemanticJudge" else "entailment"
+    step = steps(pred, loop)[0]
+    assert step["retry"].startswith("self-contradiction: every score at the bottom")
+    assert step["decision"] == "accept"
+    assert helpers.calls_by_signature(lm)[judge] == 2
+
+
+def test_bottom_scores_with_a_reason_are_a_judgment(run, helpers):
+    script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": GOOD}],
+                            EntailmentJudge=[helpers.entailment(1, 1, "the rows are per store, not per region"),
+                                             helpers.entailment(5, 5)])
+    pred, lm = run(script, Settings(max_entailment_iterations=2))
+    first = steps(pred, "entailment")[0]
+    assert first["retry"] is None and first["scores"]["E"] == 1.0
+    assert "per store, not per region" in first["feedback"]
+
+
+def test_retrieval_judge_rejecting_with_nothing_missing_is_asked_again(run, helpers):
+    script = helpers.Script(RetrievalJudge=[helpers.retrieval(1, 1), helpers.retrieval(9, 9)], GenerateSQL={"sql": GOOD})
+    pred, lm = run(script, Settings())
+    first = steps(pred, "retrieval")[0]
+    assert first["retry"].startswith("self-contradiction") and first["scores"]["score"] == 9.0
 
 
 def test_retrieval_judge_failure_widens_like_a_low_score(run, retriever, helpers):

@@ -28,7 +28,7 @@ def test_threads_ask_while_enrichment_writes(sqlite_target, tmp_path, ledger, en
     from reflect_sql.kb.retrieve import Retriever
     from reflect_sql.kb.store import Store
     from reflect_sql.kb.versions import KBDir
-    from reflect_sql.lm.failures import make_adapter
+    from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.lm.scripted import ScriptedLM
     from reflect_sql.programs import build_program
     from reflect_sql.settings import Settings

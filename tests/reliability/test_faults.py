@@ -343,7 +343,7 @@ def test_postgres_restart_mid_evaluation(pg_restartable, shop_copy, tmp_path, le
     from reflect_sql.db import open_engine
     from reflect_sql.experiments.config import load_config
     from reflect_sql.experiments.runner import run_eval
-    from reflect_sql.lm.failures import make_adapter
+    from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.lm.scripted import ScriptedLM
     from reflect_sql.programs import build_program
     from reflect_sql.programs.retriever import SchemaRetriever

@@ -310,7 +310,7 @@ def test_eval_hostile_on_postgres(pg_target, eval_dataset, traps, scratch, ledge
     from reflect_sql.experiments.config import load_config
     from reflect_sql.experiments.runner import run_eval
     from reflect_sql.kb.retrieve import Retriever
-    from reflect_sql.lm.failures import make_adapter
+    from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.lm.scripted import ScriptedLM
     from reflect_sql.programs import build_program
 

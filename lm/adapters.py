@@ -1,0 +1,108 @@
+"""The adapters every predictor is called through: DSPy's ChatAdapter and JSONAdapter, plus two things.
+
+1. **The shared-head prompt layout** (setting ``prompt_layout: shared_head``). Every call made for
+   one question starts with the same bytes: the question, the evidence and the schema context.
+   The role's instructions, its demos and its own inputs follow. The embedded engine keeps the KV
+   cache of the longest prefix it has seen, so the generator, the repairer and the three judges
+   pay for the (long) schema context once per question and round instead of once per call. In
+   DSPy's own layout (``prompt_layout: dspy``) the role's instructions come first, which makes the
+   prefix shared between calls of one role across questions, but never the schema.
+
+   Role isolation is unchanged: each predictor keeps its own signature, instructions and demos,
+   and may run on its own LM. Only where the shared inputs sit in the prompt moves: in the system
+   message, before the role's instructions, rendered the same way whatever the signature says of
+   them, so that the head is byte-identical across roles. A signature without any of the head
+   fields (the column describer) is formatted as DSPy does.
+
+2. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
+   (one more LM call); each such fallback is reported to the open ``CostMeter``s, or turned off
+   (setting ``json_adapter_fallback``). The fallback keeps the layout.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import dspy
+
+from reflect_sql.lm.accounting import note_adapter_fallback
+
+LAYOUTS = ("shared_head", "dspy")
+# The fields every per-question signature takes, in the order they open the prompt: question and
+# evidence hold for the whole question, the schema context for one retrieval round.
+HEAD_FIELDS = ("question", "evidence", "schema_context")
+HEAD_INTRO = ("This conversation is one step of answering a question over a SQL database. "
+              "The question, its evidence and the database schema context come first; the task follows.")
+HEAD_END = "(End of the shared context. Your role and task follow.)"
+_HEAD_SECTION = re.compile(r"\[\[ ## (\w+) ## \]\]\n")
+
+
+def render_head(values: dict[str, Any]) -> str:
+    """The shared head for ``values`` (a subset of HEAD_FIELDS); depends on nothing else."""
+    parts = [HEAD_INTRO]
+    for name in HEAD_FIELDS:
+        if name in values:
+            value = values[name]
+            parts.append(f"[[ ## {name} ## ]]\n{'' if value is None else str(value).strip()}")
+    parts.append(HEAD_END)
+    return "\n\n".join(parts)
+
+
+def parse_head(system_text: str) -> dict[str, str]:
+    """The head fields of a system message written in the shared-head layout ({} for any other)."""
+    if not system_text.startswith(HEAD_INTRO) or HEAD_END not in system_text:
+        return {}
+    head = system_text[len(HEAD_INTRO):system_text.index(HEAD_END)]
+    parts = _HEAD_SECTION.split(head)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
+
+
+class SharedHeadLayout:
+    """Mixin over a ChatAdapter (or subclass) that moves the head fields to the top of the prompt."""
+
+    def format(self, signature, demos, inputs):
+        head = {name: inputs[name] for name in HEAD_FIELDS if name in signature.input_fields and name in inputs}
+        messages = super().format(signature, demos, inputs)
+        if not head:
+            return messages
+        rest = {k: v for k, v in inputs.items() if k not in head}
+        names = ", ".join(f"`{n}`" for n in head)
+        note = f"({names} {'is' if len(head) == 1 else 'are'} given at the start of this conversation.)"
+        messages[0] = {**messages[0], "content": render_head(head) + "\n\n" + messages[0]["content"]}
+        messages[-1] = {**messages[-1], "content": self.format_user_message_content(
+            signature, rest, prefix=note, main_request=True)}
+        return messages
+
+
+class CountingChatAdapter(dspy.ChatAdapter):
+    """ChatAdapter that reports each JSONAdapter fallback to the open cost meters."""
+
+    def _make_json_adapter_fallback(self):
+        note_adapter_fallback()
+        return super()._make_json_adapter_fallback()
+
+
+class SharedHeadChatAdapter(SharedHeadLayout, CountingChatAdapter):
+    def _make_json_adapter_fallback(self):
+        note_adapter_fallback()
+        return SharedHeadJSONAdapter(use_native_function_calling=self.use_native_function_calling,
+                                     parallel_tool_calls=self.parallel_tool_calls)
+
+
+class SharedHeadJSONAdapter(SharedHeadLayout, dspy.JSONAdapter):
+    pass
+
+
+def make_adapter(settings) -> dspy.ChatAdapter:
+    """The adapter for ``settings``: its prompt layout and its JSON fallback policy."""
+    cls = SharedHeadChatAdapter if settings.prompt_layout == "shared_head" else CountingChatAdapter
+    return cls(use_json_adapter_fallback=settings.json_adapter_fallback)
+
+
+def other_adapter(adapter: Any) -> dspy.Adapter:
+    """The adapter a reply is retried through when it is not usable (a judge contradicting itself):
+    JSON for a chat adapter and chat for JSON, in the same layout, so the retry is another prompt."""
+    shared = isinstance(adapter, SharedHeadLayout)
+    if isinstance(adapter, dspy.JSONAdapter):
+        return (SharedHeadChatAdapter if shared else CountingChatAdapter)(use_json_adapter_fallback=False)
+    return SharedHeadJSONAdapter() if shared else dspy.JSONAdapter()

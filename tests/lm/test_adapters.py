@@ -1,0 +1,100 @@
+"""The shared-head prompt layout: every per-question call opens with the same bytes."""
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from reflect_sql.lm.adapters import (
+    HEAD_FIELDS,
+    CountingChatAdapter,
+    SharedHeadChatAdapter,
+    SharedHeadJSONAdapter,
+    make_adapter,
+    other_adapter,
+    parse_head,
+    render_head,
+)
+from reflect_sql.settings import Settings
+from reflect_sql.signatures.column_describer import ColumnDescriber
+from reflect_sql.signatures.entailment_judge import EntailmentJudge
+from reflect_sql.signatures.retrieval_judge import RetrievalJudge
+from reflect_sql.signatures.semantic_judge import SemanticJudge
+from reflect_sql.signatures.sql_generator import GenerateSQL
+from reflect_sql.signatures.syntax_repairer import RepairSQL
+
+PER_QUESTION = (GenerateSQL, RepairSQL, RetrievalJudge, SemanticJudge, EntailmentJudge)
+HEAD = {"question": "How many stores are in the North?", "evidence": "North is a region name.",
+        "schema_context": 'CREATE TABLE stores (id INTEGER, "region id" INTEGER);\n-- 12 rows'}
+
+
+def inputs_for(signature) -> dict:
+    return {name: HEAD.get(name, f"<{name} of {signature.__name__}>") for name in signature.input_fields}
+
+
+def prompt_text(messages) -> str:
+    return "".join(m["content"] for m in messages)
+
+
+@pytest.mark.parametrize("adapter", [SharedHeadChatAdapter(), SharedHeadJSONAdapter()], ids=["chat", "json"])
+def test_every_per_question_signature_opens_with_the_same_head(adapter):
+    assert all(set(HEAD_FIELDS) <= set(sig.input_fields) for sig in PER_QUESTION)
+    head = render_head(HEAD)
+    texts = {sig.__name__: prompt_text(adapter.format(sig, [], inputs_for(sig))) for sig in PER_QUESTION}
+    for name, text in texts.items():
+        assert text.startswith(head), name
+        # Each value appears once: the role's own message does not repeat the head.
+        for value in HEAD.values():
+            assert text.count(value) == 1, (name, value)
+    # After the head, the roles differ: their own instructions and inputs follow.
+    tails = {text[len(head):] for text in texts.values()}
+    assert len(tails) == len(PER_QUESTION)
+
+
+def test_the_head_does_not_depend_on_demos_or_the_other_inputs():
+    adapter = SharedHeadChatAdapter()
+    demo = {**inputs_for(GenerateSQL), "question": "Another question", "sql": "SELECT 1"}
+    plain = adapter.format(GenerateSQL, [], inputs_for(GenerateSQL))
+    with_demo = adapter.format(GenerateSQL, [demo], {**inputs_for(GenerateSQL), "feedback": "fix the join"})
+    assert plain[0]["content"] == with_demo[0]["content"]
+    assert with_demo[-1]["content"].startswith("(`question`, `evidence`, `schema_context` are given")
+    assert "fix the join" in with_demo[-1]["content"]
+    assert "Another question" in with_demo[1]["content"]  # demos keep their own inputs
+
+
+def test_dspy_layout_is_dspys_own_and_a_signature_without_head_fields_is_untouched():
+    inputs = inputs_for(GenerateSQL)
+    assert make_adapter(Settings(prompt_layout="dspy")).format(GenerateSQL, [], inputs) == \
+        dspy.ChatAdapter().format(GenerateSQL, [], inputs)
+    describer = {"table": "t", "column": "c", "column_type": "TEXT", "sample_values": ["a"], "sibling_columns": []}
+    assert SharedHeadChatAdapter().format(ColumnDescriber, [], describer) == dspy.ChatAdapter().format(
+        ColumnDescriber, [], describer)
+
+
+def test_head_round_trips_and_other_text_has_none():
+    assert parse_head(render_head(HEAD) + "\n\nYour input fields are: ...") == HEAD
+    assert parse_head(dspy.ChatAdapter().format(GenerateSQL, [], inputs_for(GenerateSQL))[0]["content"]) == {}
+
+
+def test_settings_pick_the_layout_and_the_retry_adapter_keeps_it():
+    assert isinstance(make_adapter(Settings()), SharedHeadChatAdapter)
+    plain = make_adapter(Settings(prompt_layout="dspy"))
+    assert type(plain) is CountingChatAdapter
+    assert isinstance(other_adapter(SharedHeadChatAdapter()), SharedHeadJSONAdapter)
+    assert isinstance(other_adapter(SharedHeadJSONAdapter()), SharedHeadChatAdapter)
+    assert type(other_adapter(plain)) is dspy.JSONAdapter
+    assert type(other_adapter(dspy.JSONAdapter())) is CountingChatAdapter
+    fallback = SharedHeadChatAdapter()._make_json_adapter_fallback()
+    assert isinstance(fallback, SharedHeadJSONAdapter)
+
+
+def test_a_scripted_lm_reads_inputs_in_either_layout():
+    from reflect_sql.lm.scripted import ScriptedLM
+
+    for layout in ("shared_head", "dspy"):
+        lm = ScriptedLM({"GenerateSQL": {"sql": "SELECT 1"}})
+        with dspy.context(lm=lm, adapter=make_adapter(Settings(prompt_layout=layout))):
+            dspy.Predict(GenerateSQL)(**inputs_for(GenerateSQL))
+        (name, seen), = lm.calls
+        assert name == "GenerateSQL"
+        assert seen["question"] == HEAD["question"] and seen["schema_context"] == HEAD["schema_context"]
+        assert seen["dialect"] == "<dialect of GenerateSQL>"
