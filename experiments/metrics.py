@@ -14,6 +14,8 @@ empty string, get no rows and count it right whenever the gold result is empty t
 """
 from __future__ import annotations
 
+import math
+import os
 import sqlite3
 import threading
 import time
@@ -23,10 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import sqlglot
-from sqlglot import exp
-
-from reflect_sql.settings import Settings
+# sqlglot (Spider's ORDER BY rule) and the settings (pydantic) are imported where they are used:
+# ``reflect-sql score`` on BIRD needs neither, and importing them cost more CPU than all of its
+# queries (it must run at least as fast as the official evaluator, bench/score_speed.py).
 
 DEFAULT_TIMEOUT_S = 30.0  # the official BIRD meta_time_out
 DIFFICULTIES = ("simple", "moderate", "challenging")
@@ -35,8 +36,17 @@ DIFFICULTIES = ("simple", "moderate", "challenging")
 # milliseconds, rare enough to cost nothing measurable.
 _PROGRESS_STEPS = 10_000
 # Scoring caps values as the engines do by default; a run that raised its engine's cap raises it
-# here too (``match``), so scoring accepts every value the engine returned.
-_MAX_VALUE_BYTES = Settings.model_fields["max_value_bytes"].default
+# here too (``match``), so scoring accepts every value the engine returned. The same number as the
+# default of ``Settings.max_value_bytes`` (a test holds them equal), written out so that scoring
+# does not import pydantic.
+_MAX_VALUE_BYTES = 64 * 2**20
+
+# Authorizer actions a query may take without changing its connection for the next query: a
+# connection that did anything else (PRAGMA, a TEMP object, BEGIN, a write attempt...) is closed
+# after its question instead of serving the next one, as the official script's fresh connection
+# per question would have forgotten it.
+_STATELESS_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                                sqlite3.SQLITE_RECURSIVE})
 
 
 class _Timeout(Exception):
@@ -62,72 +72,184 @@ def connect_read_only(db_path: str | Path, max_value_bytes: int = _MAX_VALUE_BYT
     return conn
 
 
-def _fetch(conn: sqlite3.Connection, sql: str, deadline: float) -> list[tuple]:
-    def over_time() -> int:
-        return 1 if time.monotonic() > deadline else 0
+class _Watchdog:
+    """One daemon thread that interrupts every query still running at its deadline.
 
-    conn.set_progress_handler(over_time, _PROGRESS_STEPS)
-    # The handler runs between VM steps only, and one step can take seconds (randomblob(1e8) per
-    # row): a timer interrupts such a query at the deadline too.
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), conn.interrupt)
-    timer.daemon = True
-    timer.start()
+    The progress handler stops a query between VM steps, but one step can take seconds
+    (randomblob(1e8) per row); the watchdog interrupts such a query at the deadline too. It replaces
+    a ``threading.Timer`` per query: starting a thread blocks until the scheduler runs it, which on
+    a busy machine made scoring wait far longer than it computed. The thread sleeps until the
+    earliest deadline and is woken only when a query with an earlier one arrives, so queries that
+    finish in time cost a lock, not a wake-up.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, sqlite3.Connection]] = {}
+        self._tokens = 0
+        self._wake_at = math.inf
+        self._thread: threading.Thread | None = None
+
+    def watch(self, conn: sqlite3.Connection, deadline: float) -> int:
+        with self._cond:
+            self._tokens += 1
+            self._due[self._tokens] = (deadline, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="reflect-sql-score-watchdog", daemon=True)
+                self._thread.start()
+            elif deadline < self._wake_at:
+                self._wake_at = deadline
+                self._cond.notify()
+            return self._tokens
+
+    def unwatch(self, token: int) -> None:
+        with self._cond:
+            self._due.pop(token, None)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for token, (deadline, conn) in list(self._due.items()):
+                    if deadline <= now:
+                        del self._due[token]
+                        try:
+                            # A query that finished meanwhile is not harmed: SQLite clears the flag
+                            # when the connection's next statement starts with none running.
+                            conn.interrupt()
+                        except sqlite3.ProgrammingError:  # closed meanwhile
+                            pass
+                self._wake_at = min((d for d, _ in self._due.values()), default=math.inf)
+                self._cond.wait(None if self._wake_at == math.inf else min(self._wake_at - now, threading.TIMEOUT_MAX))
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _new_watchdog_after_fork() -> None:
+    # A forked child has no watchdog thread, and the parent's lock may have been held at the fork.
+    global _WATCHDOG
+    _WATCHDOG = _Watchdog()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_watchdog_after_fork)
+
+
+class _ReadOnly:
+    """A read-only connection with its progress handler (reading ``deadline``) and, for reuse, an
+    authorizer that only notes whether a query did anything that outlives it (``stateful``)."""
+
+    __slots__ = ("conn", "deadline", "stateful")
+
+    def __init__(self, db_path: str | Path, max_value_bytes: int, track_state: bool = False) -> None:
+        self.conn = connect_read_only(db_path, max_value_bytes)
+        self.deadline = math.inf
+        self.stateful = False
+        self.conn.set_progress_handler(self._over_time, _PROGRESS_STEPS)
+        if track_state:
+            self.conn.set_authorizer(self._authorize)
+
+    def _over_time(self) -> int:
+        return 1 if time.monotonic() > self.deadline else 0
+
+    def _authorize(self, action: int, *_: Any) -> int:
+        if action not in _STATELESS_ACTIONS:
+            self.stateful = True
+        return sqlite3.SQLITE_OK  # never refuse: the verdict must stay the official one
+
+    def fetch(self, sql: str, deadline: float) -> list[tuple]:
+        self.deadline = deadline
+        token = _WATCHDOG.watch(self.conn, deadline)
+        try:
+            return self.conn.execute(sql).fetchall()
+        except sqlite3.OperationalError as exc:
+            if time.monotonic() > deadline and "interrupt" in str(exc).lower():
+                raise _Timeout() from None
+            raise
+        finally:
+            _WATCHDOG.unwatch(token)
+            self.deadline = math.inf
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _no_prediction(pred_sql: str | None) -> Match | None:
+    if pred_sql is None:
+        return Match(False, "missing", "no prediction for this question")
+    if not pred_sql.strip():
+        return Match(False, "empty", "blank prediction")
+    return None
+
+
+def _pair_on(ro: _ReadOnly, pred_sql: str, gold_sql: str, timeout_s: float
+             ) -> tuple[Match | None, list[tuple] | None, list[tuple] | None]:
+    """Run prediction then gold under one deadline, as the official ``func_timeout`` wraps both."""
+    deadline = time.monotonic() + timeout_s
     try:
-        return conn.execute(sql).fetchall()
-    except sqlite3.OperationalError as exc:
-        if time.monotonic() > deadline and "interrupt" in str(exc).lower():
-            raise _Timeout() from None
-        raise
-    finally:
-        timer.cancel()
-        conn.set_progress_handler(None, 0)
+        pred_rows = ro.fetch(pred_sql, deadline)
+    except _Timeout:
+        return Match(False, "pred_timeout", f"prediction ran longer than {timeout_s:g}s"), None, None
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        # ValueError: several statements; OverflowError: an integer too large for Python's binding.
+        return Match(False, "pred_error", f"{type(exc).__name__}: {exc}"), None, None
+    try:
+        gold_rows = ro.fetch(gold_sql, deadline)
+    except _Timeout:
+        return Match(False, "gold_timeout", f"gold query ran past the {timeout_s:g}s budget"), pred_rows, None
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        return Match(False, "gold_error", f"{type(exc).__name__}: {exc}"), pred_rows, None
+    return None, pred_rows, gold_rows
+
+
+def _cannot_open(db_path: str | Path, exc: Exception) -> Match:
+    # The file vanished or is not a database: this question, not the run.
+    return Match(False, "gold_error", f"cannot open the database {db_path}: {exc}")
 
 
 def _run_pair(
     pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float, max_value_bytes: int = _MAX_VALUE_BYTES
 ) -> tuple[Match | None, list[tuple] | None, list[tuple] | None]:
-    """Run prediction then gold under one deadline, as the official ``func_timeout`` wraps both."""
-    if pred_sql is None:
-        return Match(False, "missing", "no prediction for this question"), None, None
-    if not pred_sql.strip():
-        return Match(False, "empty", "blank prediction"), None, None
-    deadline = time.monotonic() + timeout_s
+    """One pair on a connection of its own, closed afterwards."""
+    early = _no_prediction(pred_sql)
+    if early:
+        return early, None, None
     try:
         # Never below the default: a lowered cap is the engine's business, and a gold query must
         # not fail for it.
-        conn = connect_read_only(db_path, max(max_value_bytes, _MAX_VALUE_BYTES))
-    except sqlite3.Error as exc:  # the file vanished or is not a database: this question, not the run
-        return Match(False, "gold_error", f"cannot open the database {db_path}: {exc}"), None, None
+        ro = _ReadOnly(db_path, max(max_value_bytes, _MAX_VALUE_BYTES))
+    except sqlite3.Error as exc:
+        return _cannot_open(db_path, exc), None, None
     try:
-        try:
-            pred_rows = _fetch(conn, pred_sql, deadline)
-        except _Timeout:
-            return Match(False, "pred_timeout", f"prediction ran longer than {timeout_s:g}s"), None, None
-        except (sqlite3.Error, ValueError, OverflowError) as exc:
-            # ValueError: several statements; OverflowError: an integer too large for Python's binding.
-            return Match(False, "pred_error", f"{type(exc).__name__}: {exc}"), None, None
-        try:
-            gold_rows = _fetch(conn, gold_sql, deadline)
-        except _Timeout:
-            return Match(False, "gold_timeout", f"gold query ran past the {timeout_s:g}s budget"), pred_rows, None
-        except (sqlite3.Error, ValueError, OverflowError) as exc:
-            return Match(False, "gold_error", f"{type(exc).__name__}: {exc}"), pred_rows, None
+        return _pair_on(ro, pred_sql, gold_sql, timeout_s)
     finally:
-        conn.close()
-    return None, pred_rows, gold_rows
+        ro.close()
+
+
+def _verdict(fmt: str, failed: Match | None, pred_rows: list[tuple] | None, gold_rows: list[tuple] | None,
+             gold_sql: str) -> Match:
+    if failed:
+        return failed
+    if fmt == "bird":
+        ok = set(pred_rows) == set(gold_rows)
+    elif has_top_level_order_by(gold_sql):
+        ok = pred_rows == gold_rows
+    else:
+        ok = Counter(pred_rows) == Counter(gold_rows)
+    return Match(ok, "correct" if ok else "wrong")
 
 
 def bird_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
                max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
-    failed, pred_rows, gold_rows = _run_pair(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
-    if failed:
-        return failed
-    ok = set(pred_rows) == set(gold_rows)
-    return Match(ok, "correct" if ok else "wrong")
+    return _verdict("bird", *_run_pair(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes), gold_sql)
 
 
 def has_top_level_order_by(sql: str) -> bool:
     """True when the query's own result is ordered (an ORDER BY inside a subquery does not count)."""
+    import sqlglot
+    from sqlglot import exp
+
     try:
         trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None]
     except sqlglot.errors.SqlglotError:
@@ -143,20 +265,71 @@ def has_top_level_order_by(sql: str) -> bool:
 
 def spider_match(pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
-    failed, pred_rows, gold_rows = _run_pair(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
-    if failed:
-        return failed
-    if has_top_level_order_by(gold_sql):
-        ok = pred_rows == gold_rows
-    else:
-        ok = Counter(pred_rows) == Counter(gold_rows)
-    return Match(ok, "correct" if ok else "wrong")
+    return _verdict("spider", *_run_pair(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes), gold_sql)
 
 
 def match(fmt: str, pred_sql: str | None, gold_sql: str, db_path: str | Path, timeout_s: float = DEFAULT_TIMEOUT_S,
           max_value_bytes: int = _MAX_VALUE_BYTES) -> Match:
     """``max_value_bytes``: the run's engine cap; scoring accepts every value the engine did."""
     return (bird_match if fmt == "bird" else spider_match)(pred_sql, gold_sql, db_path, timeout_s, max_value_bytes)
+
+
+class Scorer:
+    """``match`` for many questions in a row (``reflect-sql score``), with the same verdicts.
+
+    Instead of a connection per question, each thread keeps one read-only connection per database
+    and reuses it, so the database is opened once and its page cache stays warm. A connection goes
+    back for reuse only when its pair finished in time and neither query did anything that could
+    outlive it (the authorizer watches: PRAGMA, TEMP objects, transactions, write attempts); any
+    other is closed, so every question sees the fresh connection the official script gives it.
+    Use as a context manager, or call ``close``.
+    """
+
+    def __init__(self, fmt: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_value_bytes: int = _MAX_VALUE_BYTES) -> None:
+        self.fmt = fmt
+        self.timeout_s = timeout_s
+        self.max_value_bytes = max(max_value_bytes, _MAX_VALUE_BYTES)  # never below the default (see _run_pair)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: set[_ReadOnly] = set()
+
+    def match(self, pred_sql: str | None, gold_sql: str, db_path: str | Path) -> Match:
+        early = _no_prediction(pred_sql)
+        if early:
+            return early
+        idle: dict[str, _ReadOnly] = self._local.__dict__.setdefault("idle", {})
+        key = str(db_path)
+        ro = idle.pop(key, None)
+        if ro is None:
+            try:
+                ro = _ReadOnly(db_path, self.max_value_bytes, track_state=True)
+            except sqlite3.Error as exc:
+                return _cannot_open(db_path, exc)
+            with self._lock:
+                self._open.add(ro)
+        failed, pred_rows, gold_rows = _pair_on(ro, pred_sql, gold_sql, self.timeout_s)
+        if ro.stateful or ro.conn.in_transaction or (failed is not None and failed.status.endswith("timeout")):
+            self._discard(ro)
+        else:
+            idle[key] = ro
+        return _verdict(self.fmt, failed, pred_rows, gold_rows, gold_sql)
+
+    def _discard(self, ro: _ReadOnly) -> None:
+        with self._lock:
+            self._open.discard(ro)
+        ro.close()
+
+    def close(self) -> None:
+        with self._lock:
+            still_open, self._open = self._open, set()
+        for ro in still_open:
+            ro.close()
+
+    def __enter__(self) -> "Scorer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _percent(correct: int, total: int) -> float | None:

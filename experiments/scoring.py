@@ -1,12 +1,11 @@
 """Score a set of predictions against a dataset's gold queries (what ``reflect-sql score`` runs)."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from reflect_sql.experiments.datasets import Question
-from reflect_sql.experiments.metrics import DEFAULT_TIMEOUT_S, Match, accuracy_table, match
+from reflect_sql.experiments.metrics import DEFAULT_TIMEOUT_S, Match, Scorer, accuracy_table
 
 
 @dataclass(frozen=True)
@@ -24,13 +23,21 @@ def score_predictions(
     threads: int = 1,
 ) -> tuple[dict[str, Any], list[Scored]]:
     """The ``score --json`` table and one ``Scored`` per question, in question order."""
+    with Scorer(fmt, timeout_s) as scorer:
 
-    def one(q: Question) -> Scored:
-        sql = predictions.get(q.key)
-        return Scored(q, sql, match(fmt, sql, q.gold_sql, q.db_path, timeout_s))
+        def one(q: Question) -> Scored:
+            sql = predictions.get(q.key)
+            return Scored(q, sql, scorer.match(sql, q.gold_sql, q.db_path))
 
-    # sqlite3 releases the GIL while a query runs, so threads overlap the slow queries.
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        scored = list(pool.map(one, questions))
+        if threads <= 1:
+            # In this thread: handing each question to a worker thread and waiting for it made the
+            # process wait for the scheduler twice per question.
+            scored = [one(q) for q in questions]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # sqlite3 releases the GIL while a query runs, so threads overlap the slow queries.
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                scored = list(pool.map(one, questions))
     table = accuracy_table(((s.question.difficulty, s.match.correct) for s in scored), by_difficulty=fmt == "bird")
     return table, scored
