@@ -16,7 +16,7 @@ from reflect_sql.db.base import ConnectionFailed, Engine, EngineError, QueryResu
 from reflect_sql.programs.candidate import Candidate
 from reflect_sql.programs.checks import Finding, check_result, execution_findings, has_errors, render_findings
 from reflect_sql.programs.handles import Handles
-from reflect_sql.programs.invoke import call_predictor
+from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import ENTAILMENT_SCALE, Settings
 from reflect_sql.signatures.entailment_judge import EntailmentJudge
@@ -65,7 +65,7 @@ class EntailmentLoop(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = handles
-        self.judge = dspy.Predict(EntailmentJudge)
+        self.judge = make_predictor(EntailmentJudge, settings.entailment_judge_max_tokens)
 
     def forward(self, question: str, evidence: str, candidate: Candidate, trace: Trace, round: int) -> str:
         """Fill the candidate's result, findings and E; returns the feedback for the next round ("" if it passed)."""

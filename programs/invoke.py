@@ -33,6 +33,15 @@ class Call:
     retried: str | None = None  # why the reply was asked for again through the other adapter
 
 
+# ChatAdapter ends a reply with this marker; whatever a model writes after it is never read.
+END_OF_REPLY = "[[ ## completed ## ]]"
+
+
+def make_predictor(signature: type[dspy.Signature], max_tokens: int) -> dspy.Predict:
+    """A predictor whose replies stop at the end of their last field and within their role's budget."""
+    return dspy.Predict(signature, max_tokens=max_tokens, stop=[END_OF_REPLY])
+
+
 def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = None, **inputs: Any) -> Call:
     """Run ``predictor(**inputs)`` under ``lm`` (the ambient LM when None) and scope label ``scope``.
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import dspy
 
-from reflect_sql.programs.invoke import call_predictor
+from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.sql_text import reads_as_sql
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.trace import Trace, TraceStep
@@ -43,7 +43,7 @@ class RetrievalLoop(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = handles
-        self.judge = dspy.Predict(RetrievalJudge)
+        self.judge = make_predictor(RetrievalJudge, settings.retrieval_judge_max_tokens)
 
     def forward(self, question: str, evidence: str, state: RetrievalState, diagnosis: str, trace: Trace, round: int) -> RetrievalOutcome:
         s = self.settings

@@ -11,7 +11,7 @@ from reflect_sql.programs.answer import make_prediction, require_question
 from reflect_sql.programs.candidate import Candidate
 from reflect_sql.programs.entailment_loop import execute
 from reflect_sql.programs.handles import Handles
-from reflect_sql.programs.invoke import call_predictor
+from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.retriever import Retriever, render_examples
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
@@ -24,7 +24,7 @@ class SinglePass(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = Handles(engine, retriever, generator_lm)
-        self.generator = dspy.Predict(GenerateSQL)
+        self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
 
     def forward(self, question: str, evidence: str = "") -> dspy.Prediction:
         question = require_question(question)

@@ -14,7 +14,7 @@ import dspy
 from reflect_sql.db.base import ConnectionFailed, Engine, EngineError, QueryRefused
 from reflect_sql.programs.candidate import Candidate, better, synthesis_rank
 from reflect_sql.programs.handles import Handles
-from reflect_sql.programs.invoke import call_predictor
+from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.retriever import render_examples
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
@@ -59,9 +59,9 @@ class SynthesisLoop(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = handles
-        self.generator = dspy.Predict(GenerateSQL)
-        self.repairer = dspy.Predict(RepairSQL)
-        self.judge = dspy.Predict(SemanticJudge)
+        self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
+        self.repairer = make_predictor(RepairSQL, settings.repairer_max_tokens)
+        self.judge = make_predictor(SemanticJudge, settings.semantic_judge_max_tokens)
 
     def forward(self, question: str, evidence: str, context: Any, retrieval_score: float | None,
                 feedback: str, trace: Trace, round: int) -> Candidate | None:

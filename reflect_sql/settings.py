@@ -69,7 +69,14 @@ class Settings(BaseModel):
     lm: str = Field("local/qwen2.5-coder-1.5b", min_length=1, description="Generator LM (LiteLLM string or local/...).")
     judge_lm: str | None = Field(None, description="Judge LM; defaults to the generator's model.")
     lm_temperature: float = Field(0.0, ge=0.0, le=2.0)
-    lm_max_tokens: int = Field(512, ge=16)
+    lm_max_tokens: int = Field(512, ge=16, description="Completion budget of any call without a role budget below.")
+    # Completion budgets per role: a small model that loops (one rationale repeated four times) stops
+    # here instead of paying ~7 tokens/s for text nobody reads. Generous enough for BIRD's longest SQL.
+    generator_max_tokens: int = Field(384, ge=16, description="Completion budget of the SQL generator.")
+    repairer_max_tokens: int = Field(384, ge=16, description="Completion budget of the syntax repairer.")
+    retrieval_judge_max_tokens: int = Field(256, ge=16, description="Completion budget of the retrieval judge.")
+    semantic_judge_max_tokens: int = Field(256, ge=16, description="Completion budget of the semantic judge.")
+    entailment_judge_max_tokens: int = Field(192, ge=16, description="Completion budget of the entailment judge.")
     lm_timeout_s: float = Field(120.0, gt=0)
     lm_retries: int = Field(2, ge=0)
     lm_context_tokens: int = Field(4096, ge=512, description="Context size of the embedded LM.")

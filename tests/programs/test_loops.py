@@ -357,3 +357,30 @@ def test_a_repairer_that_repeats_the_sql_stops_the_syntax_loop(run, helpers):
     # The unrepaired SQL goes back to the generator with its error, and the next generation works.
     assert "nosuch" in helpers.inputs_of(lm, "GenerateSQL")[1]["feedback"]
     assert pred.sql == GOOD
+
+
+def test_each_role_asks_for_its_own_completion_budget_and_stops_after_its_last_field(engine, retriever, helpers):
+    import dspy
+
+    from reflect_sql.lm.adapters import make_adapter
+    from reflect_sql.lm.accounting import current_predictor
+    from reflect_sql.programs import build_program
+
+    settings = helpers.Settings(generator_max_tokens=301, repairer_max_tokens=302, retrieval_judge_max_tokens=303,
+                                semantic_judge_max_tokens=304, entailment_judge_max_tokens=305)
+    lm = helpers.ScriptedLM(helpers.Script(GenerateSQL=[{"sql": "SELECT nope FROM stores"}, {"sql": GOOD}],
+                                           RepairSQL={"repaired_sql": GOOD}))
+    seen: dict[str, tuple] = {}
+    complete = lm.engine_impl.complete
+
+    def recording(request):
+        seen[current_predictor()] = (request.config.max_tokens, tuple(request.config.stop or ()))
+        return complete(request)
+
+    lm.engine_impl.complete = recording
+    program = build_program(settings, engine, retriever)
+    with dspy.context(lm=lm, adapter=make_adapter(settings)):
+        program(question="What is the return rate of each store?")
+    stop = ("[[ ## completed ## ]]",)
+    assert seen == {"RetrievalJudge": (303, stop), "GenerateSQL": (301, stop), "RepairSQL": (302, stop),
+                    "SemanticJudge": (304, stop), "EntailmentJudge": (305, stop)}
