@@ -27,6 +27,15 @@ Agreement (EX for the generator) on held-out train questions is printed before a
 Run the result with `reflect-sql eval CONFIG --program PROGRAM.json`.
 """
 
+JUDGE_SCALE_HELP = """\
+Judge the same labelled cases (gold SQL and gold with one injected mistake, from the config's
+compile.train split, disjoint from its evaluated questions) with each form of asking for the
+scores: literal (a list of options), int (an integer with worded anchors, the shipped form),
+words, verdict_first, flipped (the other order of score and rationale). Bare signatures: no demos,
+no retry. Prints and writes AUC, agreement at the threshold and the share of all-bottom replies
+per judge and form. Rerunning the same command resumes from DIR/rows.jsonl.
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="tune thresholds and weights with Optuna", description=TUNE_HELP,
@@ -55,6 +64,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a setting or a config key of the experiment (as for eval)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("judge-scale", help="measure how each way of asking for judge scores discriminates",
+                       description=JUDGE_SCALE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", metavar="CONFIG.yaml", help="an optimisation config; its compile.train split is judged")
+    p.add_argument("--out", required=True, metavar="DIR", help="rows.jsonl (resumable), judge_scale.md and .json")
+    p.add_argument("--forms", metavar="A,B", help="literal,int,words,verdict_first,flipped (default: all)")
+    p.add_argument("--judges", metavar="A,B", help="semantic,entailment (default: both)")
+    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting or a config key of the experiment (as for eval)")
+    p.set_defaults(func=cmd_judge_scale)
 
     p = sub.add_parser("export", help="write a compiled program's prompts (instructions, demos, rendered messages)",
                        description="For each predictor of a saved program: its instructions, its few-shot demos "
@@ -161,4 +180,26 @@ def cmd_export(args: argparse.Namespace) -> int:
         Path(args.out).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _choices(text: str | None, allowed: tuple[str, ...], flag: str) -> list[str]:
+    from reflect_sql.errors import UserError
+
+    chosen = [t.strip() for t in text.split(",") if t.strip()] if text else list(allowed)
+    bad = [t for t in chosen if t not in allowed]
+    if bad or not chosen:
+        raise UserError(f"{flag}: unknown {', '.join(bad) or 'empty list'} (choose from {', '.join(allowed)})")
+    return chosen
+
+
+def cmd_judge_scale(args: argparse.Namespace) -> int:
+    from reflect_sql.optimize.config import load_optimize_config
+    from reflect_sql.optimize.judge_scale import FORMS, JUDGES, markdown, run
+
+    forms = _choices(args.forms, FORMS, "--forms")
+    judges = _choices(args.judges, JUDGES, "--judges")
+    oc = load_optimize_config(args.config, args.set_)
+    summary = run(oc, Path(args.out), forms, judges, log=_note)
+    print(markdown(summary, f"judge scale forms ({args.out}/judge_scale.md)"))
     return 0

@@ -1,0 +1,262 @@
+"""``reflect-sql judge-scale``: how should a judge ask for its scores so that a small model uses the scale?
+
+Each *form* is the shipped judge signature with one thing changed in how the scores are asked for;
+every form judges the same labelled cases (gold SQL = right, gold with one injected mistake that
+changes the result = wrong; ``labelled.judge_cases``) with the bare signature: no demos, no retry.
+What is measured per judge and form:
+
+- AUC of the judge's combined score (S with the configured weights, E with beta) against the label;
+- agreement of its decision at the threshold (S >= theta_s, E >= theta_e) with the label;
+- the share of replies with every score at the bottom of its scale (the defect this measures:
+  with ``Literal[1..10]`` the embedded models copy the first option, 1, into every field);
+- unparsable or off-scale replies, and the LM seconds.
+
+Forms:
+- ``literal``: the old fields and wording, ``Literal[1, ..., 10]``, rendered by DSPy as a list of options;
+- ``int``: the shipped fields, an integer "from 1 (...) to 10 (...)" with worded anchors;
+- ``words``: each score as one of five words (wrong ... right), mapped evenly onto the scale;
+- ``verdict_first``: the ``int`` fields after a first output field, a yes/no verdict;
+- ``flipped``: the ``int`` fields with the other order of score and rationale (the semantic judge
+  scores before it explains; the entailment judge explains each score before it).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import dspy
+
+from reflect_sql.errors import UserError
+from reflect_sql.experiments.calibration import auc
+from reflect_sql.optimize import labelled
+from reflect_sql.programs.entailment_loop import entailment_score
+from reflect_sql.programs.judgment import RUBRICS
+from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
+from reflect_sql.settings import Settings
+from reflect_sql.signatures.entailment_judge import EntailmentJudge
+from reflect_sql.signatures.scales import Scale
+from reflect_sql.signatures.semantic_judge import SemanticJudge
+
+FORMS = ("literal", "int", "words", "verdict_first", "flipped")
+JUDGES = ("semantic", "entailment")
+WORDS = ("wrong", "mostly wrong", "half right", "mostly right", "right")
+_SIGNATURES = {"semantic": SemanticJudge, "entailment": EntailmentJudge}
+
+
+def _word_value(word: str, scale: Scale) -> float:
+    step = (scale.high - scale.low) / (len(WORDS) - 1)
+    return scale.low + WORDS.index(word) * step
+
+
+# How the shipped instructions ask for the scores, and how the old (literal) and the words forms ask.
+_ASKED = {
+    "semantic": ("then its score, an integer from 1 (wrong) to 10 (right) that agrees with the rationale:",
+                 "then a score from 1 to 10:",
+                 "then its score as one of the words " + ", ".join(WORDS) + ", agreeing with the rationale:"),
+    "entailment": ("Score two things, each an integer from 1 (wrong) to 5 (right):",
+                   "Score two things on a 1-5 scale:",
+                   "Score two things, each as one of the words " + ", ".join(WORDS) + ":"),
+}
+
+
+# The score descriptions of the signatures before the scale fix, for the literal (old) form.
+_OLD_DESC = {
+    "column_consistency": "C, 1-10: 1 wrong columns, 5 one wrong/missing, 10 exact.",
+    "granularity": "G, 1-10: 1 wrong level/aggregate, 5 grouping off, 10 exact.",
+    "join_consistency": "J, 1-10: 1 wrong/missing keys, 5 spurious join, 10 correct.",
+    "query_logic": "Q, 1-10: 1 different question, 5 one thing wrong, 10 correct.",
+    "e_schema": "E_schema, 1-5: 1 different question, 3 one mismatch, 5 exact.",
+    "e_data": "E_data, 1-5: 1 cannot be the answer, 3 suspicious, 5 clearly the answer.",
+}
+
+
+def _instructions(judge: str, form: str) -> str:
+    text = _SIGNATURES[judge].instructions
+    shipped, old, words = _ASKED[judge]
+    pattern = r"\s+".join(map(re.escape, shipped.split()))  # the docstring wraps lines anywhere
+    if not re.search(pattern, text):
+        raise AssertionError(f"the {judge} judge's instructions no longer ask for scores as {shipped!r}")
+    return re.sub(pattern, lambda _: {"literal": old, "words": words}.get(form, shipped), text)
+
+
+def _rebuild(judge: str, form: str, outputs: dict[str, tuple[Any, Any]]) -> type[dspy.Signature]:
+    """The judge's signature with its output fields replaced by ``outputs`` (in that order), same name."""
+    signature = _SIGNATURES[judge]
+    fields = {name: (info.annotation, info) for name, info in signature.input_fields.items()}
+    fields.update(outputs)
+    return dspy.make_signature(fields, _instructions(judge, form), signature.__name__)
+
+
+def form_signature(judge: str, form: str) -> tuple[type[dspy.Signature], Callable[[str, Any], float | None]]:
+    """(signature, value) for a judge in a form; value maps one parsed score field to a number."""
+    base = _SIGNATURES[judge]
+    rubric = RUBRICS[base.__name__]
+    outputs = {name: (info.annotation, info) for name, info in base.output_fields.items()}
+
+    def as_int(name: str, raw: Any) -> float | None:
+        return float(raw) if rubric.scores[name].contains(raw) else None
+
+    if form == "int":
+        return base, as_int
+    if form == "literal":
+        for name, scale in rubric.scores.items():
+            options = Literal[tuple(range(scale.low, scale.high + 1))]  # type: ignore[misc]
+            outputs[name] = (options, dspy.OutputField(desc=_OLD_DESC[name]))
+        return _rebuild(judge, form, outputs), as_int
+    if form == "words":
+        for name, scale in rubric.scores.items():
+            desc = f"{name}: one of {', '.join(repr(w) for w in WORDS)}"
+            outputs[name] = (Literal[WORDS], dspy.OutputField(desc=desc))  # type: ignore[valid-type]
+        return _rebuild(judge, form, outputs), lambda name, raw: _word_value(raw, rubric.scores[name]) if raw in WORDS else None
+    if form == "verdict_first":
+        verdict = (bool, dspy.OutputField(desc="true when the SQL answers the question exactly, false otherwise"))
+        return _rebuild(judge, form, {"verdict": verdict, **outputs}), as_int
+    if form == "flipped":
+        if judge == "semantic":
+            ordered: dict[str, tuple[Any, Any]] = {}
+            for score, rationale, _, _ in CRITERIA:
+                ordered[score], ordered[rationale] = outputs[score], outputs[rationale]
+            ordered["diagnosis"] = outputs["diagnosis"]
+        else:
+            ordered = {
+                "schema_rationale": (str, dspy.OutputField(desc="One short line on schema entailment.")),
+                "e_schema": outputs["e_schema"],
+                "data_rationale": (str, dspy.OutputField(desc="One short line on data entailment.")),
+                "e_data": outputs["e_data"],
+                "diagnosis": outputs["diagnosis"],
+            }
+        return _rebuild(judge, form, ordered), as_int
+    raise UserError(f"unknown form {form!r} (choose from {', '.join(FORMS)})")
+
+
+def combined(judge: str, values: dict[str, float], settings: Settings) -> float:
+    if judge == "semantic":
+        return semantic_score({label: values[field] for field, _, _, label in CRITERIA}, settings)
+    return entailment_score(values["e_schema"], values["e_data"], settings)
+
+
+@dataclass
+class Judged:
+    key: str
+    kind: str
+    correct: bool
+    form: str
+    judge: str
+    values: dict[str, float] | None  # None: unparsable or off its scale
+    score: float | None
+    all_bottom: bool
+    seconds: float
+    raw: dict[str, Any]
+
+
+def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, lm: dspy.BaseLM) -> Judged:
+    signature, value = form_signature(judge, form)
+    rubric = RUBRICS[_SIGNATURES[judge].__name__]
+    example = (labelled.semantic_examples if judge == "semantic" else labelled.entailment_examples)([case])[0]
+    started = time.perf_counter()
+    raw: dict[str, Any] = {}
+    values: dict[str, float] | None = None
+    try:
+        with dspy.context(lm=lm):
+            out = dspy.Predict(signature)(**example.inputs())
+        raw = {k: out[k] for k in signature.output_fields}
+        mapped = {name: value(name, raw.get(name)) for name in rubric.scores}
+        values = None if any(v is None for v in mapped.values()) else mapped  # type: ignore[assignment]
+    except Exception as exc:  # noqa: BLE001 - an unparsable reply is a measured outcome, not a crash
+        raw = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    seconds = time.perf_counter() - started
+    bottom = values is not None and all(values[n] == s.low for n, s in rubric.scores.items())
+    return Judged(case.question.key, case.kind, case.correct, form, judge, values,
+                  combined(judge, values, settings) if values is not None else None, bottom, seconds,
+                  {k: (v if isinstance(v, (str, int, float, bool)) or v is None else str(v)) for k, v in raw.items()})
+
+
+def summarize(rows: list[Judged], settings: Settings) -> list[dict[str, Any]]:
+    out = []
+    for judge in JUDGES:
+        threshold = settings.theta_s if judge == "semantic" else settings.theta_e
+        for form in FORMS:
+            mine = [r for r in rows if r.judge == judge and r.form == form]
+            if not mine:
+                continue
+            parsed = [r for r in mine if r.score is not None]
+            right = [r.score for r in parsed if r.correct]
+            wrong = [r.score for r in parsed if not r.correct]
+            out.append({
+                "judge": judge, "form": form, "n": len(mine), "unusable": len(mine) - len(parsed),
+                "auc": auc([r.score for r in parsed], [r.correct for r in parsed]),
+                "agreement": round(sum((r.score >= threshold) == r.correct for r in parsed) / len(mine), 3),
+                "all_bottom": round(sum(r.all_bottom for r in mine) / len(mine), 3),
+                "mean_right": round(sum(right) / len(right), 2) if right else None,
+                "mean_wrong": round(sum(wrong) / len(wrong), 2) if wrong else None,
+                "seconds_per_reply": round(sum(r.seconds for r in mine) / len(mine), 1),
+            })
+    return out
+
+
+def markdown(summary: list[dict[str, Any]], header: str) -> str:
+    cols = ("judge", "form", "n", "unusable", "auc", "agreement", "all_bottom", "mean_right", "mean_wrong",
+            "seconds_per_reply")
+    lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in summary:
+        lines.append("| " + " | ".join("–" if row[c] is None else str(row[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str], None] = lambda _: None,
+        lms: tuple | None = None) -> list[dict]:
+    """Judge every labelled case of the config's train split in every form; resumable through ``rows.jsonl``."""
+    from reflect_sql.experiments.pipeline import PipelineFactory
+    from reflect_sql.lm.adapters import make_adapter
+    from reflect_sql.lm.factory import configure_lms
+    from reflect_sql.optimize.compile import train_questions
+
+    experiment = oc.experiment
+    settings = experiment.settings.model_copy(update={"use_enrichment": False})
+    out.mkdir(parents=True, exist_ok=True)
+    evaluated = experiment.dataset.load()
+    questions = train_questions(experiment, oc.compile, evaluated)
+    generator_lm, judge_lm = lms or configure_lms(settings)
+    dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
+    factory = PipelineFactory(replace(experiment, settings=settings), out / "work", lms=(generator_lm, judge_lm))
+    try:
+        contexts = labelled.Contexts(factory, settings)
+        cases = labelled.judge_cases(questions, contexts, experiment.dataset.format, experiment.score_timeout_s)
+        log(f"{len(cases)} labelled cases ({sum(c.correct for c in cases)} right) from {len(questions)} questions "
+            f"disjoint from the {len(evaluated)} evaluated")
+        done_path = out / "rows.jsonl"
+        rows: list[Judged] = []
+        seen: set[tuple] = set()
+        if done_path.exists():
+            for line in done_path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    r = Judged(**json.loads(line))
+                    rows.append(r)
+                    seen.add((r.key, r.kind, r.judge, r.form))
+        with done_path.open("a", encoding="utf-8") as sink:
+            # Case-major order: every form of one case runs back to back, so with the shared-head layout
+            # the engine's prefix cache holds that case's schema for all of them.
+            for i, case in enumerate(cases, 1):
+                for judge in judges:
+                    for form in forms:
+                        if (case.question.key, case.kind, judge, form) in seen:
+                            continue
+                        r = judge_case(case, judge, form, settings, judge_lm)
+                        rows.append(r)
+                        sink.write(json.dumps(r.__dict__, ensure_ascii=False) + "\n")
+                        sink.flush()
+                        log(f"[{i}/{len(cases)}] {judge}/{form} {'right' if case.correct else case.kind}: "
+                            f"score {r.score} ({r.seconds:.1f}s)")
+    finally:
+        factory.close()
+    summary = summarize(rows, settings)
+    header = (f"Judge scale forms, bare signatures, {settings.effective_judge_lm}, {len(cases)} labelled cases "
+              f"({sum(c.correct for c in cases)} right, {sum(not c.correct for c in cases)} wrong); "
+              f"thresholds theta_s={settings.theta_s:g}, theta_e={settings.theta_e:g}, layout {settings.prompt_layout}.")
+    (out / "judge_scale.md").write_text(markdown(summary, header), encoding="utf-8")
+    (out / "judge_scale.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary

@@ -1,0 +1,109 @@
+"""reflect-sql judge-scale: every form of asking for scores judges the same labelled cases."""
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+from reflect_sql.cli import main
+from reflect_sql.optimize.config import load_optimize_config
+from reflect_sql.optimize.judge_scale import FORMS, form_signature, judge_case, summarize
+
+ALL_FIELDS_RIGHT = {"verdict": True, "schema_rationale": "ok", "data_rationale": "ok", "column_rationale": "ok",
+                    "granularity_rationale": "ok", "join_rationale": "ok", "logic_rationale": "ok"}
+
+
+def test_each_form_asks_for_the_scores_its_own_way():
+    rendered = {form: dspy.ChatAdapter().format_system_message(form_signature("semantic", form)[0]) for form in FORMS}
+    assert "one of: 1; 2; 3; 4; 5; 6; 7; 8; 9; 10" in rendered["literal"]
+    for form in ("int", "verdict_first", "flipped"):
+        assert "an integer from 1 (wrong columns) to 10 (exactly the asked columns)" in rendered[form]
+        assert "one of: 1; 2" not in rendered[form]
+    assert "one of: wrong; mostly wrong; half right; mostly right; right" in rendered["words"]
+    assert "then a score from 1 to 10:" in rendered["literal"] and "C, 1-10: 1 wrong columns" in rendered["literal"]
+    assert list(form_signature("semantic", "verdict_first")[0].output_fields)[0] == "verdict"
+    flipped = list(form_signature("semantic", "flipped")[0].output_fields)
+    assert flipped.index("column_consistency") < flipped.index("column_rationale")
+    shipped = list(form_signature("semantic", "int")[0].output_fields)
+    assert shipped.index("column_consistency") > shipped.index("column_rationale")
+    entailment = list(form_signature("entailment", "flipped")[0].output_fields)
+    assert entailment == ["schema_rationale", "e_schema", "data_rationale", "e_data", "diagnosis"]
+    # Every form keeps the judge's name (accounting and scripted replies go by it) and its inputs.
+    for judge in ("semantic", "entailment"):
+        for form in FORMS:
+            sig, _ = form_signature(judge, form)
+            assert sig.__name__ == {"semantic": "SemanticJudge", "entailment": "EntailmentJudge"}[judge]
+
+
+def _case(correct: bool):
+    from reflect_sql.experiments.datasets import Question
+    from reflect_sql.optimize.labelled import Case
+
+    q = Question(question_id=1, index=0, db_id="menu", question="How many dishes?", evidence="",
+                 gold_sql="SELECT COUNT(*) FROM dish", difficulty="simple", db_path="x.sqlite", descriptions_dir=None,
+                 tables_json=None)
+    return Case(q, "SELECT COUNT(*) FROM dish", correct, "gold" if correct else "dropped_filter", "", "CREATE TABLE dish (id)",
+                "1 row", "all checks passed")
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ({"e_schema": "mostly right", "e_data": "right"}, {"e_schema": 4.0, "e_data": 5.0}),
+    ({"e_schema": "wrong", "e_data": "half right"}, {"e_schema": 1.0, "e_data": 3.0}),
+])
+def test_words_map_evenly_onto_the_scale(reply, expected):
+    from reflect_sql.lm.scripted import ScriptedLM
+    from reflect_sql.settings import Settings
+
+    lm = ScriptedLM({"EntailmentJudge": {**reply, "diagnosis": "none"}})
+    judged = judge_case(_case(True), "entailment", "words", Settings(), lm)
+    assert judged.values == expected
+
+
+def test_off_scale_and_unparsable_replies_are_counted_as_unusable():
+    from reflect_sql.lm.scripted import ScriptedLM
+    from reflect_sql.settings import Settings
+
+    for reply in ({"e_schema": 9, "e_data": 5, "diagnosis": "none"}, "no fields at all"):
+        judged = judge_case(_case(True), "entailment", "int", Settings(json_adapter_fallback=False), ScriptedLM([reply, reply]))
+        assert judged.values is None and judged.score is None
+    rows = [judge_case(_case(c), "entailment", "int", Settings(), ScriptedLM([r]))
+            for c, r in ((True, {"e_schema": 5, "e_data": 5, "diagnosis": "none"}),
+                         (False, {"e_schema": 1, "e_data": 1, "diagnosis": "none"}),
+                         (False, {"e_schema": 9, "e_data": 1, "diagnosis": "none"}))]
+    (row,) = summarize(rows, Settings())
+    assert row["n"] == 3 and row["unusable"] == 1 and row["auc"] == 1.0
+    assert row["all_bottom"] == round(1 / 3, 3) and row["agreement"] == round(2 / 3, 3)
+
+
+def test_the_command_judges_every_case_in_every_form_and_resumes(tiny_dataset, write_config, tmp_path):
+    from reflect_sql.lm.scripted import ScriptedLM
+    from reflect_sql.optimize.judge_scale import run
+
+    def reply(name, inputs):
+        if name == "SemanticJudge":
+            return {**ALL_FIELDS_RIGHT, "column_consistency": 9, "granularity": 8, "join_consistency": 9, "query_logic": 7,
+                    "diagnosis": "none"}
+        return {**ALL_FIELDS_RIGHT, "e_schema": 4, "e_data": 5, "diagnosis": "none"}
+
+    write_config(tmp_path / "exp.yaml", tiny_dataset, limit=3)
+    (tmp_path / "opt.yaml").write_text("experiment: exp.yaml\ncompile:\n  train: {exclude_eval: true, limit: 3}\n")
+    oc = load_optimize_config(tmp_path / "opt.yaml")
+    lm = ScriptedLM(reply)
+    forms = ["literal", "int", "verdict_first", "flipped"]
+    summary = run(oc, tmp_path / "js", forms, ["semantic", "entailment"], lms=(lm, lm))
+    rows = [json.loads(line) for line in (tmp_path / "js" / "rows.jsonl").read_text().splitlines()]
+    cases = {(r["key"], r["kind"]) for r in rows}
+    assert len(rows) == len(cases) * len(forms) * 2 and len(lm.calls) == len(rows)
+    assert {(r["judge"], r["form"]) for r in summary} == {(j, f) for j in ("semantic", "entailment") for f in forms}
+    table = (tmp_path / "js" / "judge_scale.md").read_text()
+    assert "| semantic | literal |" in table and "theta_s=" in table
+    calls = len(lm.calls)
+    run(oc, tmp_path / "js", forms, ["semantic", "entailment"], lms=(lm, lm))
+    assert len(lm.calls) == calls  # resumed: nothing judged twice
+
+
+def test_unknown_form_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["judge-scale", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o"), "--forms", "int,bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "bogus" in err and len(err.strip().splitlines()) == 1
