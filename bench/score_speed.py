@@ -101,21 +101,23 @@ def _timed(cmd: list[str], env: dict) -> dict:
     """Runs ``cmd`` to completion: wall seconds, CPU seconds (user + system) and context switches."""
     import os
     import subprocess
+    import tempfile
     import time
 
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    # wait4 and not communicate(): the output is small, and the rusage must be this child's alone.
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.stdout.close()
-    proc.stderr.close()
+    # Output goes to files, not pipes: wait4 (this child's own rusage) must not wait on a full pipe.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
-        raise SystemExit(f"score_speed: {' '.join(cmd[:4])} ... exited {proc.returncode}:\n{err[-3000:]}")
+        raise SystemExit(f"score_speed: {' '.join(cmd[:4])} ... exited {proc.returncode}:\n{stderr[-3000:]}")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "user_s": usage.ru_utime,
-            "sys_s": usage.ru_stime, "voluntary_switches": usage.ru_nvcsw, "stdout": out}
+            "sys_s": usage.ru_stime, "voluntary_switches": usage.ru_nvcsw, "stdout": stdout}
 
 
 def _verdicts(path, key: str = "question_id") -> dict[str, bool]:
@@ -205,12 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio": TARGET_RATIO,
         "cpus": os.cpu_count(),
         "load_average_1min": round(os.getloadavg()[0], 2),
+        # Without a bytecode cache every module ours imports is compiled on each run; the official
+        # script is one file, compiled every time either way.
+        "pythondontwritebytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
     }
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         print(f"{result['questions']} BIRD dev questions, median of {args.runs} whole-process runs each, "
-              f"{os.cpu_count()} CPUs (load average {result['load_average_1min']})")
+              f"{os.cpu_count()} CPUs (load average {result['load_average_1min']})"
+              + (", PYTHONDONTWRITEBYTECODE set: modules compiled on every run" if result["pythondontwritebytecode"] else ""))
         for label, r in (("reflect-sql score", ours), ("official rule", official)):
             print(f"  {label:18} wall {r['wall_s']:.3f} s  CPU {r['cpu_s']:.3f} s (user {r['user_s']:.3f}, "
                   f"sys {r['sys_s']:.3f})  voluntary context switches {r['voluntary_switches']:.0f}")
