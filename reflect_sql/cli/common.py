@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reflect_sql.settings import Settings, load_settings, parse_assignments
+if TYPE_CHECKING:
+    from reflect_sql.settings import Settings
 
 
 DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
@@ -19,6 +20,9 @@ def add_settings_args(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace, **flag_overrides: Any) -> Settings:
     """Flags named explicitly by a command win over ``--set``, which wins over env and YAML."""
+    # Imported here: pydantic and yaml cost 0.2 s, and commands without settings (score) never need them.
+    from reflect_sql.settings import load_settings, parse_assignments
+
     overrides = parse_assignments(getattr(args, "set_", None))
     overrides.update({k: v for k, v in flag_overrides.items() if v is not None})
     return load_settings(getattr(args, "config", None), overrides)

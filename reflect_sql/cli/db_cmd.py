@@ -32,9 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _one_line(func):
     """Engine messages can span lines (PostgreSQL quotes the failing line); a CLI error is one."""
-    from reflect_sql.db.base import EngineError
 
     def wrapped(args: argparse.Namespace) -> int:
+        # Imported when the command runs, not when the parser is built: reflect_sql.db pulls in
+        # sqlglot and pydantic, which commands outside this group (score) do not need.
+        from reflect_sql.db.base import EngineError
+
         try:
             return func(args)
         except EngineError as exc:

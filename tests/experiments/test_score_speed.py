@@ -166,9 +166,6 @@ def test_score_command_imports_no_ml_library(benchmarks_dir):
     assert loaded.isdisjoint(ML_LIBRARIES)
 
 
-@pytest.mark.xfail(strict=True, reason="reflect_sql/cli imports reflect_sql.db (sqlglot, pydantic), cli/common.py the "
-                                       "settings and reflect_sql/files.py yaml at start-up: 0.4 s of CPU that score does "
-                                       "not need (issue 16, point 5); remove this mark once they are imported lazily")
 def test_score_command_imports_no_sql_parser_settings_or_yaml(benchmarks_dir):
     loaded = _modules_after("import sys\nfrom reflect_sql.cli import main\nassert main(sys.argv[1:]) == 0",
                             *_score_argv(benchmarks_dir))
