@@ -420,7 +420,7 @@ def mean(values: Iterable[float | None]) -> float | None:
 # --- Cost -----------------------------------------------------------------------------------
 
 # ``seconds`` is the question's wall time in the pipeline; ``lm_seconds`` the part spent in LM calls.
-COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "seconds", "lm_seconds")
+COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds", "lm_seconds")
 
 
 def aggregate_cost(costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:

@@ -97,6 +97,8 @@ def _cost(pred: Any, metered: dict[str, Any], seconds: float) -> dict[str, Any]:
         "lm_calls": int(source.get("lm_calls") or 0),
         "prompt_tokens": int(source.get("prompt_tokens") or 0),
         "completion_tokens": int(source.get("completion_tokens") or 0),
+        # Prompt tokens the engine's prefix cache served instead of computing them (llama.cpp reports it).
+        "cached_prompt_tokens": int(source.get("cached_prompt_tokens") or 0),
         "lm_seconds": round(float(metered.get("seconds") or 0.0), 3),
         "seconds": round(seconds, 3),
         "cache_hits": int(metered.get("cache_hits") or 0),

@@ -88,7 +88,7 @@ def metrics_of(summary: dict[str, Any]) -> dict[str, float]:
     for key, value in (cost.get("per_question") or {}).items():
         if value is not None:
             out[f"{key}_per_question"] = float(value)
-    for key in ("lm_calls", "prompt_tokens", "completion_tokens", "seconds"):
+    for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds"):
         if key in cost:
             out[f"total_{key}"] = float(cost[key])
     for key, value in (summary.get("recall") or {}).items():
