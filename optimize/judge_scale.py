@@ -34,6 +34,7 @@ from reflect_sql.errors import UserError
 from reflect_sql.experiments.calibration import auc
 from reflect_sql.optimize import labelled
 from reflect_sql.programs.entailment_loop import entailment_score
+from reflect_sql.programs.invoke import make_predictor
 from reflect_sql.programs.judgment import RUBRICS
 from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
 from reflect_sql.settings import Settings
@@ -156,13 +157,15 @@ class Judged:
 def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, lm: dspy.BaseLM) -> Judged:
     signature, value = form_signature(judge, form)
     rubric = RUBRICS[_SIGNATURES[judge].__name__]
+    # Every form gets the budget and the stop marker the pipeline gives the judge.
+    budget = settings.semantic_judge_max_tokens if judge == "semantic" else settings.entailment_judge_max_tokens
     example = (labelled.semantic_examples if judge == "semantic" else labelled.entailment_examples)([case])[0]
     started = time.perf_counter()
     raw: dict[str, Any] = {}
     values: dict[str, float] | None = None
     try:
         with dspy.context(lm=lm):
-            out = dspy.Predict(signature)(**example.inputs())
+            out = make_predictor(signature, budget)(**example.inputs())
         raw = {k: out[k] for k in signature.output_fields}
         mapped = {name: value(name, raw.get(name)) for name in rubric.scores}
         values = None if any(v is None for v in mapped.values()) else mapped  # type: ignore[assignment]
