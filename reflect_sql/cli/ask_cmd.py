@@ -114,7 +114,14 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 SHOWN_ROWS = 50  # the terminal view only; --json prints every row and the whole trace
-NOTE_SQL_CHARS = 160
+WIDTH = 80  # the trace and the result table are laid out for an 80-column terminal
+# Short names of the loops for the one-line trace, and the scores each line shows.
+LOOP_NAMES = {"retrieval": "retrieve", "synthesis.generate": "generate", "synthesis.syntax": "compile",
+              "synthesis.schema_repair": "schema-fix", "synthesis.semantic": "semantic", "entailment": "entail",
+              "execution": "execute", "enrichment": "enrich", "result": "result"}
+SCORE_PARTS = {"retrieval": ("R", "C", "score"), "synthesis.semantic": ("C", "G", "J", "Q", "S"),
+               "entailment": ("E_schema", "E_data", "E")}
+SCORE_LABELS = {"score": "=", "S": "=", "E": "=", "E_schema": "Es", "E_data": "Ed"}
 
 
 def _fmt(value: Any) -> str:
@@ -123,76 +130,72 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _scores_text(scores: dict[str, Any]) -> str:
-    parts = [f"{k}={_fmt(v)}" for k, v in scores.items()
-             if v is not None and k != "threshold" and not isinstance(v, (dict, list))]
-    if "threshold" in scores:
-        parts.append(f"(θ={_fmt(scores['threshold'])})")
+def _short(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def compact_scores(loop: str, scores: dict[str, Any]) -> str:
+    """``R7 C4 =5.8 θ4``: the judge's parts, the combined score and the threshold."""
+    parts = []
+    for key in SCORE_PARTS.get(loop, ()):
+        value = scores.get(key)
+        if value is not None:
+            label = SCORE_LABELS.get(key, key)
+            parts.append(f"{label}{round(value, 1):g}" if isinstance(value, (int, float)) else f"{label}{value}")
+    if parts and scores.get("threshold") is not None:
+        parts.append(f"θ{scores['threshold']:g}")
     return " ".join(parts)
 
 
-def _note(step: dict[str, Any]) -> str:
-    """The one thing worth reading about a step, as rich markup: failure, checks, rewrite, feedback."""
-    from rich.markup import escape
-
-    notes = []
-    if step.get("failure"):
-        notes.append(f"[red]{escape(step['failure'])}[/red]")
-    for finding in (step.get("inputs") or {}).get("checks") or []:
-        colour = "red" if finding["severity"] == "error" else "yellow"
-        notes.append(f"[{colour}]{escape(finding['check'])}[/{colour}]: {escape(finding['message'])}")
-    rewrite = step.get("rewrite") or {}
-    if "sql" in rewrite:
-        sql = " ".join(rewrite["sql"].split())
-        notes.append(escape("SQL: " + (sql if len(sql) <= NOTE_SQL_CHARS else sql[: NOTE_SQL_CHARS - 1] + "…")))
-    elif rewrite:
-        notes.append(escape("rewrite: " + ", ".join(f"{k}={v}" for k, v in rewrite.items())))
-    if step.get("feedback") and step["loop"] != "entailment":
-        notes.append(escape(step["feedback"].splitlines()[0]))
-    return "\n".join(notes)
+def trace_lines(trace: list[dict[str, Any]], width: int = WIDTH) -> list[str]:
+    """One line per step, at most ``width`` characters: step, loop, decision, scores, LM seconds."""
+    lines = []
+    for step in trace:
+        label = f"{step['round']}.{step['iteration']}"
+        if step["loop"] == "synthesis.syntax":  # round.generation.repair
+            label = f"{step['round']}.{(step.get('inputs') or {}).get('generation', 0)}.{step['iteration']}"
+        cost = step.get("cost") or {}
+        seconds = f"{cost['seconds']:.1f}s" if cost.get("lm_calls") else ""
+        scores = compact_scores(step["loop"], step.get("scores") or {})
+        decision = step.get("decision") or ""
+        if step.get("failure"):
+            decision = f"! {decision}"
+        head = f"{label:<6} {LOOP_NAMES.get(step['loop'], step['loop'])[:10]:<10} "
+        tail = f" {scores:>22} {seconds:>6}"
+        lines.append(head + _short(decision, width - len(head) - len(tail)).ljust(width - len(head) - len(tail)) + tail)
+    return lines
 
 
 def show(answer: dict[str, Any], retrieved: dict[str, Any]) -> None:
+    """The final SQL in full (never inside a table cell, so it never wraps there), the answer rows,
+    and the trace as one line per step; ``--json`` has every row and every step in full."""
     from rich.console import Console
     from rich.markup import escape
-    from rich.panel import Panel
-    from rich.syntax import Syntax
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=max(WIDTH, Console().width), highlight=False)
     if answer["sql"]:
-        console.print(Panel(Syntax(answer["sql"], "sql", word_wrap=True), title="SQL", expand=False))
+        console.print("[bold]SQL[/bold]")
+        console.print(escape(answer["sql"]), soft_wrap=True)
     if answer.get("error"):
         console.print(f"[bold red]error:[/bold red] {escape(answer['error'])}")
     if answer["columns"]:
         console.print(f"[bold]Answer[/bold] ({len(answer['rows'])} rows)")
-        table = Table(show_lines=False)
+        table = Table(show_lines=False, expand=False)
         for name in answer["columns"]:
-            table.add_column(escape(str(name)))
+            table.add_column(escape(str(name)), overflow="ellipsis", no_wrap=True)
         for row in answer["rows"][:SHOWN_ROWS]:
             table.add_row(*("NULL" if v is None else escape(_fmt(v)) for v in row))
         console.print(table)
         if len(answer["rows"]) > SHOWN_ROWS:
             console.print(f"... {len(answer['rows']) - SHOWN_ROWS} more rows (use --json for all)")
-
-    trace = Table(title="Trace", show_lines=True)
-    trace.add_column("step", no_wrap=True)
-    trace.add_column("loop", no_wrap=True)
-    trace.add_column("decision", ratio=2, overflow="fold")
-    trace.add_column("scores", ratio=2, overflow="fold")
-    trace.add_column("notes", ratio=4, overflow="fold")
-    trace.add_column("LM", ratio=2, overflow="fold")
-    for step in answer["trace"]:
-        cost = step.get("cost") or {}
-        lm = (f"{cost['lm_calls']} call(s), {cost['prompt_tokens']}+{cost['completion_tokens']} tok, {cost['seconds']:.1f}s"
-              if cost.get("lm_calls") else "")
-        label = f"{step['round']}.{step['iteration']}"
-        if step["loop"] == "synthesis.syntax":  # round.generation.repair
-            label = f"{step['round']}.{step['inputs'].get('generation', 0)}.{step['iteration']}"
-        trace.add_row(label, step["loop"], escape(step["decision"]),
-                      _scores_text(step.get("scores") or {}), _note(step), lm)
-    console.print(trace)
+    console.print("[bold]Trace[/bold] (step, loop, decision, scores, LM seconds; ! failed: see --json)")
+    for line in trace_lines(answer["trace"]):
+        console.print(escape(line), soft_wrap=True)
     console.print("retrieved: " + escape(", ".join(retrieved.get("tables") or [])) + f" ({len(retrieved.get('columns') or [])} columns)")
     console.print("scores: " + ", ".join(f"{k} {_fmt(v) if v is not None else '-'}" for k, v in answer["scores"].items()))
     c = answer["cost"]
-    console.print(f"cost: {c['lm_calls']} LM calls, {c['prompt_tokens']} prompt + {c['completion_tokens']} completion tokens, {c['seconds']:.1f}s")
+    reused = c.get("cached_prompt_tokens") or 0
+    console.print(f"cost: {c['lm_calls']} LM calls, {c['prompt_tokens']} prompt ({reused} reused from the prefix cache) "
+                  f"+ {c['completion_tokens']} completion tokens, {c['seconds']:.1f}s", soft_wrap=True)

@@ -103,9 +103,27 @@ def test_ask_single_pass_mode(db_path, scripted_lms, capsys):
 def test_ask_prints_the_answer_the_sql_and_the_trace(db_path, scripted_lms, capsys):
     assert main(["ask", "--db", db_path, "What is the return rate of each store?"]) == 0
     text = capsys.readouterr().out
-    for expected in ("SQL", "CAST(returns AS REAL)", "North", "0.30", "Trace", "retrieval", "synthesis.semantic",
-                     "entailment", "cost: 4 LM calls"):
+    for expected in ("SQL", "CAST(returns AS REAL)", "North", "0.30", "Trace", "retrieve", "semantic",
+                     "entail", "cost: 4 LM calls"):
         assert expected in text, expected
+    # The SQL is printed whole on its own line; the trace is one line per step within 80 columns.
+    assert "SELECT name, CAST(returns AS REAL) / orders AS return_rate FROM stores WHERE orders > 0" in text.splitlines()
+    trace = text.split("Trace")[1].splitlines()[1:]
+    steps = [line for line in trace if line[:1].isdigit()]
+    assert len(steps) >= 4 and all(len(line) <= 80 for line in steps)
+    semantic = next(line for line in steps if " semantic " in line)
+    assert "accept" in semantic and "C9 G9 J9 Q9 =9 θ5" in semantic
+
+
+def test_trace_lines_fit_80_columns_whatever_the_decision():
+    from reflect_sql.cli.ask_cmd import trace_lines
+
+    step = {"loop": "synthesis.semantic", "round": 12, "iteration": 3, "decision": "regenerate " * 30,
+            "failure": "semantic judge failed", "scores": {"C": 1, "G": 10, "J": 10, "Q": 2, "S": 6.456, "threshold": 5.0},
+            "cost": {"lm_calls": 2, "seconds": 1234.5}, "inputs": {}}
+    (line,) = trace_lines([step])
+    assert len(line) == 80 and line.startswith("12.3   semantic   ! regenerate")
+    assert line.endswith("C1 G10 J10 Q2 =6.5 θ5 1234.5s") and "…" in line
 
 
 def test_ask_rejects_an_empty_question(db_path, scripted_lms, capsys):
