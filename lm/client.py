@@ -28,7 +28,12 @@ def _payload(call) -> dict:
     if call.request is not None:
         from dspy._vendor.lm15.serde import request_to_dict
 
-        return {"request": request_to_dict(call.request)}
+        payload = {"request": request_to_dict(call.request)}
+        # Samples of one prompt differ only by their rollout id: each must be its own recording.
+        # Absent when unset, so the keys of every recording made before stay what they were.
+        if call.kwargs.get("rollout_id") is not None:
+            payload["rollout_id"] = call.kwargs["rollout_id"]
+        return payload
     return dict(call.legacy)
 
 

@@ -55,6 +55,24 @@ def test_replay_gives_identical_outputs_with_zero_calls(tmp_path):
     assert summary["prompt_tokens"] > 0
 
 
+def test_samples_of_one_prompt_are_recorded_and_replayed_apart_by_rollout_id(tmp_path):
+    samples = iter(["first", "second", "third"])
+    recorder = ScriptedLM(lambda name, inputs: {"answer": next(samples), "confidence": 0.5},
+                          cassette=Cassette(tmp_path / "tape", "record"))
+    predict = dspy.Predict(Answer)
+
+    def sample(lm, rollout):
+        with dspy.context(lm=lm):
+            return predict(question="same", config={"temperature": 0.7, "rollout_id": rollout}).answer
+
+    assert [sample(recorder, r) for r in (1, 2)] == ["first", "second"]
+    assert len(Cassette(tmp_path / "tape", "replay")) == 2
+    player = ScriptedLM([], cassette=Cassette(tmp_path / "tape", "replay"))
+    assert [sample(player, r) for r in (2, 1)] == ["second", "first"]
+    with pytest.raises(CassetteMiss):
+        sample(player, 3)
+
+
 def test_recording_captures_cache_hits_too(tmp_path):
     recorder = ScriptedLM(_answers, cache=True, cassette=Cassette(tmp_path / "tape", "record"))
     _run(recorder)
