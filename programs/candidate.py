@@ -31,6 +31,35 @@ class Candidate:
         return {"retrieval": self.retrieval_score, "semantic": self.semantic_score, "entailment": self.entailment_score}
 
 
+def normalise_sql(sql: str) -> str:
+    """The form in which two generations count as the same SQL: whitespace and a final ';' do not count."""
+    return " ".join(sql.split()).rstrip(";").rstrip()
+
+
+@dataclass
+class CandidatePool:
+    """Everything one question produced: the SQL the generator wrote (to see repeats), the prompts it
+    was sent (never to send one again unchanged), and every candidate that compiled, across all
+    rounds and loops, for selection (``programs/selection.py``)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    generated: set[str] = field(default_factory=set)
+    prompts: set[str] = field(default_factory=set)
+    repeats: int = 0  # generations that returned SQL already generated for this question
+    samples: int = 0  # sampled generations; each had its own rollout id
+
+    def add(self, candidate: Candidate) -> None:
+        if candidate.compiles is False or any(c.sql == candidate.sql for c in self.candidates):
+            return
+        self.candidates.append(candidate)
+
+    def is_new(self, sql: str) -> bool:
+        return normalise_sql(sql) not in self.generated
+
+    def remember(self, sql: str) -> None:
+        self.generated.add(normalise_sql(sql))
+
+
 def _score(value: float | None) -> float:
     return -math.inf if value is None else value
 

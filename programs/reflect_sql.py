@@ -18,13 +18,14 @@ import dspy
 from reflect_sql.db.base import Engine
 from reflect_sql.lm.accounting import CostMeter
 from reflect_sql.programs.answer import make_prediction, require_question
-from reflect_sql.programs.candidate import Candidate, better
+from reflect_sql.programs.candidate import Candidate, CandidatePool, better
 from reflect_sql.programs.enrichment import enrich
 from reflect_sql.programs.entailment_loop import EntailmentLoop, execute
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import cost_of
 from reflect_sql.programs.retrieval_loop import RetrievalLoop, RetrievalState
 from reflect_sql.programs.retriever import Retriever
+from reflect_sql.programs.selection import select
 from reflect_sql.programs.synthesis_loop import SynthesisLoop
 from reflect_sql.programs.trace import Trace, TraceStep, json_safe
 from reflect_sql.settings import Settings
@@ -55,6 +56,28 @@ class ReflectSQL(dspy.Module):
                                error=None if final is not None else "no SQL could be generated")
 
     def _rounds(self, question: str, evidence: str, trace: Trace) -> tuple[Candidate | None, Any, bool]:
+        """The loops, then the choice over the question's candidate pool (setting ``selection``). Only
+        the candidate that passed every check is verified: another one chosen by a vote is not."""
+        s = self.settings
+        pool = CandidatePool()
+        final, context, success = self._loops(question, evidence, trace, pool)
+        if s.selection == "paper":
+            return final, context, success
+        if final is not None:
+            pool.add(final)
+        for c in pool.candidates:
+            if c.result is None and c.execution_error is None:
+                c.result, c.execution_error = execute(self.handles.engine, c.sql, s)
+        chosen, detail = select(pool.candidates, s)
+        chosen = chosen or final
+        kept = chosen is final
+        trace.add(TraceStep("selection", chosen.round if chosen is not None else 0, 0,
+                            inputs={"sql": chosen.sql if chosen is not None else None},
+                            scores={**detail, "repeats": pool.repeats, "samples": pool.samples},
+                            decision=("kept the loops' answer" if kept else "chose another candidate of the pool")))
+        return chosen, (chosen.context if chosen is not None and chosen.context is not None else context), success and kept
+
+    def _loops(self, question: str, evidence: str, trace: Trace, pool: CandidatePool) -> tuple[Candidate | None, Any, bool]:
         s = self.settings
         state = RetrievalState(question, s.k_tables, s.m_columns)
         rounds = s.max_entailment_iterations if s.use_entailment else 1
@@ -67,7 +90,8 @@ class ReflectSQL(dspy.Module):
                                             trace=trace, round=rnd)
             context = retrieved.context
             candidate = self.synthesis_loop(question=question, evidence=evidence, context=context,
-                                            retrieval_score=retrieved.score, feedback=feedback, trace=trace, round=rnd)
+                                            retrieval_score=retrieved.score, feedback=feedback, trace=trace, round=rnd,
+                                            pool=pool)
             if candidate is None:
                 feedback = "The previous round produced no SQL query at all. Answer with one SQL query."
                 continue

@@ -7,12 +7,15 @@
 """
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
 
 from reflect_sql.db.base import ConnectionFailed, Engine, EngineError, QueryRefused
-from reflect_sql.programs.candidate import Candidate, better, synthesis_rank
+from reflect_sql.programs.candidate import Candidate, CandidatePool, better, synthesis_rank
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.retriever import render_examples
@@ -50,6 +53,24 @@ def compile_error(engine: Engine, sql: str) -> str | None:
         return f"{exc.kind}: {exc.message}"
 
 
+@dataclass
+class Generation:
+    """One generation step: the SQL it ends with, and the calls it took to get there."""
+
+    sql: str = ""
+    failure: str | None = None
+    cost: dict[str, Any] = field(default_factory=dict)
+    repeats: int = 0
+    samples: int = 0
+    fresh: bool = False  # the SQL is new to the question
+
+    def take(self, call) -> None:
+        self.sql = clean_sql(call.output.sql) if call.output is not None else ""
+        self.failure = call.failure
+        for key, value in call.cost.items():
+            self.cost[key] = round(self.cost.get(key, 0) + value, 4) if isinstance(value, float) else self.cost.get(key, 0) + value
+
+
 def join_feedback(*parts: str | None) -> str:
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
 
@@ -64,9 +85,12 @@ class SynthesisLoop(dspy.Module):
         self.judge = make_predictor(SemanticJudge, settings.semantic_judge_max_tokens)
 
     def forward(self, question: str, evidence: str, context: Any, retrieval_score: float | None,
-                feedback: str, trace: Trace, round: int) -> Candidate | None:
-        """The first candidate that passes, or the best one when the cap is hit (None if no SQL at all)."""
+                feedback: str, trace: Trace, round: int, pool: CandidatePool | None = None) -> Candidate | None:
+        """The first candidate that passes, or the best one when the cap is hit (None if no SQL at all).
+
+        Every candidate that compiles goes into ``pool``, the question's candidate pool."""
         s = self.settings
+        pool = pool if pool is not None else CandidatePool()
         iterations = s.max_semantic_iterations if s.use_semantic_reflection else 1
         schema_text = context.render()
         examples = render_examples(context, schema_text)
@@ -75,22 +99,27 @@ class SynthesisLoop(dspy.Module):
         seen: set[str] = set()  # SQL already judged in this round
         for it in range(iterations):
             prompt_feedback = join_feedback(feedback, note)
-            call = call_predictor(
-                self.generator, "synthesis.generator", self.handles.generator_lm,
-                question=question, evidence=evidence or "", dialect=self.handles.engine.dialect,
-                schema_context=schema_text, examples=examples, feedback=prompt_feedback,
-            )
-            sql = clean_sql(call.output.sql) if call.output is not None else ""
+            inputs = dict(question=question, evidence=evidence or "", dialect=self.handles.engine.dialect,
+                          schema_context=schema_text, examples=examples, feedback=prompt_feedback)
+            generation = self._generate(inputs, pool)
+            sql = generation.sql
             step = trace.add(TraceStep(
-                "synthesis.generate", round, it,
-                inputs={"feedback": prompt_feedback or None}, cost=call.cost, rewrite={"sql": sql} if sql else None,
+                "synthesis.generate", round, it, inputs={"feedback": prompt_feedback or None}, cost=generation.cost,
+                rewrite={"sql": sql} if sql else None,
+                scores={k: v for k, v in (("repeats", generation.repeats), ("samples", generation.samples)) if v},
             ))
+            if round == 0 and it == 0 and s.n_candidates > 1:
+                self._extra_samples(inputs, pool, context, retrieval_score, trace)
             if not sql:
-                step.failure = f"generator failed ({call.failure})" if call.failure else "generator returned no SQL"
+                step.failure = (f"generator failed ({generation.failure})" if generation.failure
+                                else "generator returned no SQL")
                 step.decision = "regenerate" if it < iterations - 1 else "cap reached"
                 note = "The previous attempt did not produce a SQL query. Answer with one SQL query only."
                 continue
-            step.decision = "generated"
+            step.decision = "generated" if not generation.repeats else (
+                f"generated after {generation.repeats} repeat(s)" if pool.is_new(sql) or generation.fresh
+                else f"repeated earlier SQL {generation.repeats} time(s)")
+            pool.remember(sql)
 
             candidate = Candidate(sql=sql, round=round, context=context, retrieval_score=retrieval_score)
             if s.use_syntax_reflection:
@@ -101,6 +130,7 @@ class SynthesisLoop(dspy.Module):
                 step.decision = "repeated an earlier SQL of this round: stop regenerating"
                 break
             seen.add(candidate.sql)
+            pool.add(candidate)
             if candidate.compiles is False:
                 best = better(best, candidate, synthesis_rank)
                 note = (f"The previous SQL did not compile, even after repair:\n{candidate.sql}\n"
@@ -114,6 +144,65 @@ class SynthesisLoop(dspy.Module):
                 return candidate
             best = better(best, candidate, synthesis_rank)
         return best
+
+    def _generate(self, inputs: dict[str, Any], pool: CandidatePool) -> "Generation":
+        """SQL for ``inputs`` that the question has not produced yet, if the model can be moved to write one.
+
+        A prompt already sent is never sent again as it was: its reply is known (and cached). Instead,
+        and whenever a reply repeats SQL of this question, the generator samples, at
+        ``resample_temperature`` with a fresh rollout id each time (which also keeps each sample's
+        cache and cassette entry apart), up to ``max_resamples`` times."""
+        s = self.settings
+        out = Generation()
+        key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode("utf-8")).hexdigest()
+        if key not in pool.prompts:
+            pool.prompts.add(key)
+            out.take(call_predictor(self.generator, "synthesis.generator", self.handles.generator_lm, **inputs))
+            if not out.sql:
+                return out  # a failed call or a reply without SQL: the loop's note asks again, sampling would not help
+            if pool.is_new(out.sql):
+                out.fresh = True
+                return out
+            out.repeats += 1
+        for _ in range(s.max_resamples):
+            pool.samples += 1
+            out.samples += 1
+            config = {"temperature": s.resample_temperature, "rollout_id": pool.samples, "seed": pool.samples}
+            out.take(call_predictor(self.generator, "synthesis.generator", self.handles.generator_lm,
+                                    config=config, **inputs))
+            if out.sql and pool.is_new(out.sql):
+                out.fresh = True
+                break
+            out.repeats += bool(out.sql)
+        pool.repeats += out.repeats
+        return out
+
+    def _extra_samples(self, inputs: dict[str, Any], pool: CandidatePool, context: Any, retrieval_score: float | None,
+                       trace: Trace) -> None:
+        """``n_candidates - 1`` more samples of the first prompt: they share its prefix, so they cost
+        little more than their completion tokens. Each is compiled and, if it compiles, joins the pool."""
+        s = self.settings
+        for k in range(1, s.n_candidates):
+            pool.samples += 1
+            config = {"temperature": s.resample_temperature, "rollout_id": pool.samples, "seed": pool.samples}
+            call = call_predictor(self.generator, "synthesis.generator", self.handles.generator_lm, config=config, **inputs)
+            sql = clean_sql(call.output.sql) if call.output is not None else ""
+            step = trace.add(TraceStep("synthesis.sample", 0, k, cost=call.cost, rewrite={"sql": sql} if sql else None))
+            if not sql:
+                step.failure = f"generator failed ({call.failure})" if call.failure else "generator returned no SQL"
+                step.decision = "no SQL"
+                continue
+            if not pool.is_new(sql):
+                pool.repeats += 1
+                step.decision = "repeat: dropped"
+                continue
+            pool.remember(sql)
+            candidate = Candidate(sql=sql, round=0, context=context, retrieval_score=retrieval_score)
+            error = compile_error(self.handles.engine, sql)
+            candidate.compiles, candidate.compile_error = error is None, error
+            step.feedback = error
+            pool.add(candidate)
+            step.decision = "compiles: added to the pool" if error is None else "does not compile: dropped"
 
     def _syntax(self, candidate: Candidate, question: str, evidence: str, schema_text: str, trace: Trace, round: int,
                 generation: int) -> None:

@@ -53,6 +53,19 @@ class Settings(BaseModel):
     max_syntax_repairs: int = Field(3, ge=0, description="Cap on compile-and-repair rounds per candidate.")
     max_semantic_iterations: int = Field(3, ge=1, description="Cap on generate-and-judge rounds.")
 
+    # --- Candidate pool and selection (programs/selection.py) ---
+    n_candidates: int = Field(1, ge=1, le=16, description="SQL samples drawn at the question's first generation "
+                              "(they share its prompt); every one that compiles joins the candidate pool.")
+    resample_temperature: float = Field(0.7, gt=0.0, le=2.0, description="Sampling temperature of a regeneration "
+                                        "whose prompt was already sent or whose SQL repeats, and of the extra candidates.")
+    max_resamples: int = Field(2, ge=0, description="Samples a generation may draw to get SQL the question has not seen.")
+    selection: Literal["paper", "vote", "judge_vote"] = Field(
+        "paper", description="How the answer is chosen from every compiled SQL of the question: paper (first to pass "
+        "every threshold, else the best), vote (largest group of agreeing results), judge_vote (agreement and judge scores).")
+    vote_weight_agreement: float = Field(0.5, ge=0.0, description="judge_vote: weight of a group's share of the voters.")
+    vote_weight_semantic: float = Field(0.25, ge=0.0, description="judge_vote: weight of its members' mean S, scaled to 0-1.")
+    vote_weight_entailment: float = Field(0.25, ge=0.0, description="judge_vote: weight of its members' mean E, scaled to 0-1.")
+
     # --- Entailment loop (paper section 5) ---
     theta_e: float = Field(3.0, description="Entailment threshold on E (scale 1-5).")
     beta: float = Field(0.2, ge=0.0, le=1.0, description="E = beta*E_schema + (1-beta)*E_data.")

@@ -330,8 +330,11 @@ def test_a_generator_that_repeats_itself_stops_the_semantic_loop(run, helpers):
     script = helpers.Script(GenerateSQL={"sql": ALSO_GOOD}, SemanticJudge=helpers.semantic(6))
     pred, lm = run(script, settings)
     counts = helpers.calls_by_signature(lm)
-    assert counts["GenerateSQL"] == 2 and counts["SemanticJudge"] == 1
-    assert steps(pred, "synthesis.generate")[-1]["decision"].startswith("repeated an earlier SQL")
+    # The second generation repeats, then samples max_resamples times and still repeats: stop.
+    assert counts["GenerateSQL"] == 2 + settings.max_resamples and counts["SemanticJudge"] == 1
+    last = steps(pred, "synthesis.generate")[-1]
+    assert last["decision"].startswith("repeated an earlier SQL")
+    assert last["scores"] == {"repeats": 1 + settings.max_resamples, "samples": settings.max_resamples}
     assert pred.sql == ALSO_GOOD and pred.scores["semantic"] == pytest.approx(6.0)
 
 
@@ -340,7 +343,9 @@ def test_a_sql_already_rejected_by_entailment_is_not_judged_again(run, helpers, 
     naive = "SELECT name, returns / orders AS return_rate FROM stores"
     pred, lm = run(helpers.Script(GenerateSQL={"sql": naive}), Settings(max_entailment_iterations=3))
     counts = helpers.calls_by_signature(lm)
-    assert counts["EntailmentJudge"] == 1 and counts["GenerateSQL"] == 2 and counts["RetrievalJudge"] == 2
+    settings = Settings(max_entailment_iterations=3)
+    assert counts["EntailmentJudge"] == 1 and counts["GenerateSQL"] == 2 + settings.max_resamples
+    assert counts["RetrievalJudge"] == 2
     assert steps(pred, "result")[-1]["decision"].startswith("the generator repeated the SQL rejected in round 0")
     assert pred.sql == naive and pred.scores["entailment"] == pytest.approx(1.8) and pred.rows
     assert not retriever.enriched
@@ -384,3 +389,64 @@ def test_each_role_asks_for_its_own_completion_budget_and_stops_after_its_last_f
     stop = ("[[ ## completed ## ]]",)
     assert seen == {"RetrievalJudge": (303, stop), "GenerateSQL": (301, stop), "RepairSQL": (302, stop),
                     "SemanticJudge": (304, stop), "EntailmentJudge": (305, stop)}
+
+
+def test_a_regeneration_that_repeats_samples_until_the_sql_is_new(engine, retriever, helpers):
+    """The judge rejects ALSO_GOOD; the generator's greedy reply repeats it; a sample moves to GOOD."""
+    import dspy
+
+    from reflect_sql.lm.accounting import current_predictor
+    from reflect_sql.lm.adapters import make_adapter
+    from reflect_sql.programs import build_program
+
+    settings = Settings(max_semantic_iterations=3, use_entailment=False, resample_temperature=0.9)
+    lm = helpers.ScriptedLM(helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": ALSO_GOOD + " ;"}, {"sql": GOOD}],
+                                           SemanticJudge=[helpers.semantic(3, "wrong rate"), helpers.semantic(9)]))
+    configs = []
+    complete = lm.engine_impl.complete
+
+    def recording(request):
+        if current_predictor() == "GenerateSQL":
+            configs.append((request.config.temperature, request.config.seed))
+        return complete(request)
+
+    lm.engine_impl.complete = recording
+    program = build_program(settings, engine, retriever)
+    with dspy.context(lm=lm, adapter=make_adapter(settings)):
+        pred = program(question="What is the return rate of each store?")
+    assert pred.sql == GOOD
+    second = steps(pred, "synthesis.generate")[1]
+    assert second["scores"] == {"repeats": 1, "samples": 1} and second["decision"] == "generated after 1 repeat(s)"
+    assert second["cost"]["lm_calls"] == 2
+    # Greedy first (the settings' temperature), then a sample at resample_temperature with its own seed.
+    assert configs[:2] == [(None, None), (None, None)] and configs[2] == (0.9, 1)
+
+
+def test_a_prompt_already_sent_is_not_sent_again_unchanged(run, helpers):
+    """Two generations without SQL leave the same note: the third prompt equals the second, so it samples."""
+    settings = Settings(max_semantic_iterations=3, use_entailment=False, json_adapter_fallback=False)
+    script = helpers.Script(GenerateSQL=["Sorry.", "Sorry.", {"sql": GOOD}])
+    pred, lm = run(script, settings)
+    third = steps(pred, "synthesis.generate")[2]
+    assert third["scores"] == {"samples": 1} and pred.sql == GOOD
+    assert helpers.calls_by_signature(lm)["GenerateSQL"] == 3
+
+
+def test_extra_candidates_join_the_pool_and_a_vote_can_overrule_the_loops(run, helpers):
+    """n_candidates=3: the loops accept ALSO_GOOD, but two samples agree on another result; vote takes
+    the later of the two (equal rank: the later one wins).
+    The vote's answer was never judged, so it is not verified and does not enrich the KB."""
+    names, same_names = "SELECT name FROM stores", "SELECT name FROM stores WHERE 1 = 1"
+    for rule, expected in (("paper", ALSO_GOOD), ("vote", same_names)):
+        script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": names}, {"sql": same_names}])
+        pred, lm = run(script, Settings(n_candidates=3, selection=rule))
+        samples = steps(pred, "synthesis.sample")
+        assert [s["decision"] for s in samples] == ["compiles: added to the pool"] * 2
+        assert pred.sql == expected, rule
+        if rule == "vote":
+            (selection,) = steps(pred, "selection")
+            assert selection["scores"]["pool"] == 3 and selection["scores"]["group_sizes"] == [2, 1]
+            assert selection["decision"] == "chose another candidate of the pool"
+            assert steps(pred, "enrichment")[-1]["decision"].startswith("skipped")
+        else:
+            assert not steps(pred, "selection")
