@@ -191,7 +191,7 @@ def summarize(rows: list[Judged], settings: Settings) -> list[dict[str, Any]]:
             wrong = [r.score for r in parsed if not r.correct]
             out.append({
                 "judge": judge, "form": form, "n": len(mine), "unusable": len(mine) - len(parsed),
-                "auc": auc([r.score for r in parsed], [r.correct for r in parsed]),
+                "auc": None if (a := auc([r.score for r in parsed], [r.correct for r in parsed])) is None else round(a, 3),
                 "agreement": round(sum((r.score >= threshold) == r.correct for r in parsed) / len(mine), 3),
                 "all_bottom": round(sum(r.all_bottom for r in mine) / len(mine), 3),
                 "mean_right": round(sum(right) / len(right), 2) if right else None,
