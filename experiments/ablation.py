@@ -53,8 +53,10 @@ def run_ablation(
     mlflow: bool = True,
     progress: bool = True,
     factory_for: Callable[[EvalConfig, Path], Any] | None = None,
+    program: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Run every variant (resuming any finished part) and write the table and charts."""
+    """Run every variant (resuming any finished part) and write the table and charts. Each variant
+    runs the compiled ``program`` (``--program``; None: the one shipped for its generator LM)."""
     from reflect_sql.experiments.runner import run_eval
 
     name, baseline, configs = load_ablation(path, sets, limit)
@@ -69,7 +71,8 @@ def run_ablation(
     for config in configs:
         run_dir = out / config.name
         factory = factory_for(config, run_dir) if factory_for else None
-        rows.append((config.name, run_eval(config, run_dir, factory, progress=progress)))
+        rows.append((config.name, run_eval(config, run_dir, factory, progress=progress,
+                                           program=None if factory else program)))
     table = ablation_markdown(rows, baseline)
     (out / "ablation.md").write_text(f"# {name}\n\n{table}", encoding="utf-8")
     (out / "ablation.json").write_text(json.dumps({"name": name, "baseline": baseline, "variants": dict(rows)},

@@ -6,7 +6,9 @@ Knowledge bases are built once per database into a cache directory and reused by
 leaks into another run or ablation variant, and a resumed run continues with what it had learned.
 
 Engines, retrievers and programs are not shared between threads: each worker thread gets its own
-per database. LMs are built once (their engines serialise access to the embedded model).
+per database. LMs are built once (their engines serialise access to the embedded model). Every
+program gets the compiled state the run resolved (``programs.shipped``: by default the program
+shipped for the generator LM).
 """
 from __future__ import annotations
 
@@ -17,10 +19,14 @@ from typing import Any, Callable
 
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question
+from reflect_sql.programs.shipped import ProgramChoice, apply_program, resolve_program
 
 
 class PipelineFactory:
-    def __init__(self, config: EvalConfig, out: str | Path, program_path: str | Path | None = None, lms: tuple | None = None):
+    def __init__(self, config: EvalConfig, out: str | Path, program: str | Path | ProgramChoice | None = None,
+                 lms: tuple | None = None):
+        """``program``: the ``--program`` value (None: the program shipped for the generator LM,
+        "none": bare signatures, or a file), or a choice already resolved (``programs.shipped``)."""
         import dspy
 
         from reflect_sql.lm.factory import configure_lms
@@ -29,11 +35,8 @@ class PipelineFactory:
         self.config = config
         self.settings = config.settings
         self.out = Path(out)
-        self.program_path = Path(program_path) if program_path else None
-        if self.program_path is not None and not self.program_path.is_file():
-            from reflect_sql.errors import UserError
-
-            raise UserError(f"compiled program not found: {self.program_path}")
+        # Resolved before any LM is built: a refused program costs no model load.
+        self.program = program if isinstance(program, ProgramChoice) else resolve_program(program, self.settings.lm)
         self.generator_lm, self.judge_lm = lms or configure_lms(self.settings)
         # Worker threads see what dspy.configure set (dspy.context would stay in this thread).
         dspy.configure(lm=self.generator_lm, adapter=make_adapter(self.settings))
@@ -83,9 +86,7 @@ class PipelineFactory:
             self._opened += [engine, retriever]
         program = build_program(self.settings, engine, retriever, mode=self.config.mode,
                                 generator_lm=self.generator_lm, judge_lm=self.judge_lm)
-        if self.program_path is not None:
-            program.load(str(self.program_path))
-        return program
+        return apply_program(program, self.program)
 
     def __call__(self, q: Question) -> Callable[..., Any]:
         programs = getattr(self._local, "programs", None)

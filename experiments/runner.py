@@ -1,8 +1,9 @@
 """Evaluate a program over a dataset: threads, a live progress bar, resumable per-question results.
 
 Output directory:
-  run.json          config, fingerprint and sessions, each with the git commit it ran on (a rerun
-                    with the same --out resumes; a different config there is refused)
+  run.json          config, fingerprint, the compiled program (path, or "none" for the bare
+                    signatures, and sha256) and sessions, each with the git commit it ran on (a
+                    rerun with the same --out resumes; a different config or program is refused)
   results.jsonl     one line per finished question, in finishing order (see ``ResultsLog``)
   traces/<id>.json  the full trace of each question, written before its results line
   summary.json      the ``score --json`` keys plus cost, recall and status counts, in question order
@@ -161,7 +162,13 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _open_run(config: EvalConfig, out: Path) -> dict[str, Any]:
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "none"
+
+
+def _open_run(config: EvalConfig, out: Path, program: dict[str, Any]) -> dict[str, Any]:
+    """run.json of ``out``: a new one, or the one a resumed run left, which must match the
+    configuration (fingerprint) and the compiled program (its sha256) of this session."""
     meta_path = out / "run.json"
     fingerprint = config.fingerprint()
     if meta_path.exists():
@@ -174,11 +181,20 @@ def _open_run(config: EvalConfig, out: Path) -> dict[str, Any]:
                 f"{out} holds a run of a different configuration (fingerprint {meta.get('fingerprint')} vs "
                 f"{fingerprint}: mode, dataset or settings differ); use another --out to start a new run"
             )
+        recorded = meta.get("program")
+        if recorded is None:  # a run started before programs were recorded
+            meta["program"] = program
+        elif recorded.get("sha256") != program["sha256"]:
+            raise UserError(
+                f"{out} holds a run of program {recorded.get('path')} (sha256 {_short(recorded.get('sha256'))}), "
+                f"not {program['path']} (sha256 {_short(program['sha256'])}); resume it with --program "
+                f"{recorded.get('path')}, or use another --out to start a new run"
+            )
         return meta
     return {
         "name": config.name, "fingerprint": fingerprint, "mode": config.mode,
         "dataset": config.dataset.to_json(), "settings": config.settings.model_dump(mode="json"),
-        "config": str(config.source) if config.source else None, "sessions": [],
+        "config": str(config.source) if config.source else None, "program": program, "sessions": [],
     }
 
 
@@ -200,6 +216,7 @@ def summarize(config: EvalConfig, questions: list[Question], records: list[dict[
         "mode": config.mode,
         "dataset": config.dataset.to_json(),
         "fingerprint": meta["fingerprint"],
+        "program": meta.get("program"),
         "wall_seconds": round(sum(s.get("seconds", 0.0) for s in meta.get("sessions", [])), 3),
     }
 
@@ -248,13 +265,29 @@ def run_eval(
     *,
     progress: bool = True,
     retry_errors: bool = False,
-    program_path: str | Path | None = None,
+    program: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Evaluate (or finish evaluating) ``config`` into ``out``; returns the summary."""
+    """Evaluate (or finish evaluating) ``config`` into ``out``; returns the summary.
+
+    Without a ``factory``, the pipeline runs with the compiled program ``program`` resolves to
+    (``programs.shipped.resolve_program``: None is the program shipped for the generator LM,
+    "none" the bare signatures); a factory brings its own (``factory.program``), and one that
+    does not say is recorded as the caller's.
+    """
+    from reflect_sql.programs.shipped import ProgramChoice, resolve_program
+
     questions = config.dataset.load()
     out = Path(out)
+    if factory is None:
+        choice = resolve_program(program, config.settings.lm)
+    elif program is not None:
+        raise ValueError("run_eval: pass a program or a factory, not both")
+    else:
+        choice = getattr(factory, "program", None)
+    record = (choice.to_json() if isinstance(choice, ProgramChoice)
+              else {"path": None, "sha256": None, "source": "caller's factory"})
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    meta = _open_run(config, out)
+    meta = _open_run(config, out, record)
     # The commit of the code this session runs: a resumed run may finish on different code.
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": git_commit(), "seconds": 0.0, "evaluated": 0}
     meta["sessions"].append(session)
@@ -262,7 +295,7 @@ def run_eval(
     if factory is None:
         from reflect_sql.experiments.pipeline import PipelineFactory
 
-        factory = PipelineFactory(config, out, program_path=program_path)
+        factory = PipelineFactory(config, out, program=choice)
 
     started = time.perf_counter()
     with ResultsLog(out / RESULTS) as log:

@@ -47,13 +47,29 @@ def _use_experiment(config: EvalConfig) -> None:
     mlflow.set_experiment(config.mlflow_experiment)
 
 
+def _run_meta(out: str | Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((Path(out) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def run_program(out: str | Path) -> dict[str, Any]:
+    """The compiled program the run in ``out`` recorded (path, or "none", and sha256)."""
+    program = _run_meta(out).get("program")
+    return program if isinstance(program, dict) else {}
+
+
+def program_params(program: dict[str, Any]) -> dict[str, Any]:
+    return {"program": program.get("path"), "program_sha256": program.get("sha256"),
+            "program_source": program.get("source")}
+
+
 def session_commits(out: str | Path) -> list[str]:
     """The commits whose code evaluated questions of the run in ``out``, oldest first: a resumed run
     can span several, and the commit checked out when it is logged may be none of them."""
-    try:
-        sessions = json.loads((Path(out) / "run.json").read_text(encoding="utf-8")).get("sessions") or []
-    except (OSError, ValueError, AttributeError):
-        return []
+    sessions = _run_meta(out).get("sessions") or []
     commits: list[str] = []
     for session in sessions:
         commit = session.get("commit") if isinstance(session, dict) else None
@@ -62,7 +78,7 @@ def session_commits(out: str | Path) -> list[str]:
     return commits
 
 
-def params_of(config: EvalConfig, commits: list[str] | None = None) -> dict[str, Any]:
+def params_of(config: EvalConfig, commits: list[str] | None = None, program: dict[str, Any] | None = None) -> dict[str, Any]:
     s = config.settings
     params: dict[str, Any] = {f"settings.{k}": v for k, v in s.model_dump(mode="json").items()}
     params.update({
@@ -73,6 +89,7 @@ def params_of(config: EvalConfig, commits: list[str] | None = None) -> dict[str,
         "threads": config.threads,
         "git_commit": ",".join(commits) if commits else git_commit(),
         **{f"dataset.{k}": v for k, v in config.dataset.to_json().items()},
+        **program_params(program or {}),
     })
     return {k: ("" if v is None else str(v))[:6000] for k, v in params.items()}
 
@@ -126,7 +143,7 @@ def log_eval(config: EvalConfig, out: str | Path, summary: dict[str, Any], *, ne
     _use_experiment(config)
     with mlflow.start_run(run_name=config.name, nested=nested,
                           tags={"kind": "evaluation", "out_dir": str(out.resolve())}) as run:
-        mlflow.log_params(params_of(config, session_commits(out)))
+        mlflow.log_params(params_of(config, session_commits(out), run_program(out)))
         mlflow.log_metrics(metrics_of(summary))
         for name in ("summary.json", "results.jsonl", "per_question.csv", "run.json", "calibration.md"):
             if (out / name).is_file():

@@ -199,9 +199,11 @@ def hold_out(questions: list[Question], fraction: float, seed: int) -> tuple[lis
 
 
 def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = None, optimizer: str | None = None,
-                    targets: list[str] | None = None, log: Callable[[str], None] = lambda _: None) -> tuple[dspy.Module, dict[str, Any]]:
+                    targets: list[str] | None = None, log: Callable[[str], None] = lambda _: None,
+                    command: str | None = None) -> tuple[dspy.Module, dict[str, Any]]:
     """Compile, save to ``out``; returns the compiled program (a skeleton: no database behind it)
-    and the report (also stored in the file's metadata)."""
+    and the report (also stored in the file's metadata, with the LMs it was compiled for and
+    ``command``, the command line that reproduces it)."""
     from reflect_sql.experiments.pipeline import PipelineFactory
     from reflect_sql.lm.factory import configure_lms
     from reflect_sql.lm.adapters import make_adapter
@@ -226,7 +228,7 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     work = out.with_name(out.stem + ".compile")
     # Retrieval only: nothing runs the pipeline here, so nothing may enrich a knowledge base.
     retrieval_config = replace(experiment, settings=settings.model_copy(update={"use_enrichment": False}))
-    factory = PipelineFactory(retrieval_config, work, lms=(generator_lm, judge_lm))
+    factory = PipelineFactory(retrieval_config, work, program="none", lms=(generator_lm, judge_lm))
     contexts = labelled.Contexts(factory, settings)
     fmt = experiment.dataset.format
     timeout = experiment.score_timeout_s
@@ -279,7 +281,12 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
         factory.close()
 
     report["seconds"] = round(time.perf_counter() - started, 2)
+    from reflect_sql.experiments.tracking import git_commit
+
     metadata = {
+        # The generator LM a run must use to load this program (programs.shipped), and the judges'.
+        "lm": settings.lm, "judge_lm": settings.effective_judge_lm,
+        "command": command, "commit": git_commit(),
         "mode": experiment.mode, "optimizer": optimizer, "targets": targets,
         "train": {"dataset": with_dataset(experiment, {k: v for k, v in options.train.items() if k != "exclude_eval"}).dataset.to_json(),
                   "questions": [q.key for q in train], "held_out": [q.key for q in val_q]},
@@ -321,7 +328,8 @@ def _log_mlflow(experiment: EvalConfig, out: Path, metadata: dict[str, Any]) -> 
     mlflow.set_tracking_uri(experiment.settings.mlflow_uri)
     mlflow.set_experiment(experiment.mlflow_experiment)
     with mlflow.start_run(run_name=f"compile:{out.stem}"):
-        mlflow.log_params({"optimizer": metadata["optimizer"], "mode": metadata["mode"],
+        mlflow.log_params({"optimizer": metadata["optimizer"], "mode": metadata["mode"], "lm": metadata["lm"],
+                           "command": (metadata["command"] or "")[:6000],
                            "targets": ",".join(metadata["targets"]), "train_questions": len(metadata["train"]["questions"]),
                            "train_dataset": json.dumps(metadata["train"]["dataset"])})
         for target, entry in metadata["report"]["targets"].items():

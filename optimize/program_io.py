@@ -16,6 +16,7 @@ from typing import Any
 import dspy
 
 from reflect_sql.errors import UserError
+from reflect_sql.programs.shipped import keep_signature_names, load_state  # noqa: F401 - re-exported
 from reflect_sql.settings import Settings
 
 # The roles a compiled program can carry, by the signature their predictor runs.
@@ -77,28 +78,9 @@ def detect_mode(state: dict[str, Any], path: str | Path = "program") -> str:
                     f"({'; '.join(f'{m}: ' + ', '.join(predictor_names(m)) for m in MODES)})")
 
 
-def keep_signature_names(program: dspy.Module, names: dict[str, str]) -> None:
-    """Give each predictor's signature back its class name (``names``: predictor path -> name).
-
-    DSPy rebuilds a signature whenever its instructions are set (``load``, MIPROv2), and the
-    rebuilt class is called ``StringSignature``; cost accounting and scripted LMs tell the
-    predictors apart by that name.
-    """
-    for path, predictor in program.named_predictors():
-        name = names.get(path)
-        if name and predictor.signature.__name__ != name:
-            predictor.signature.__name__ = name
-            predictor.signature.__qualname__ = name
-
-
 def load_into(program: dspy.Module, path: str | Path) -> dspy.Module:
-    """``program.load(path)`` that keeps the signatures' names."""
-    names = {p: pred.signature.__name__ for p, pred in program.named_predictors()}
-    try:
-        program.load(str(path))
-    except KeyError as exc:
-        raise UserError(f"{path} lacks the state of predictor {exc} of the {type(program).__name__} program") from None
-    keep_signature_names(program, names)
+    """Load the program saved at ``path`` into ``program``, keeping the signatures' names."""
+    load_state(program, read_state(path), where=path)
     return program
 
 

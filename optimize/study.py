@@ -21,6 +21,9 @@ them), with execution accuracy on a tuning split as the objective.
 - The best trial is written as ``best_settings.yaml`` (a settings file: ``--config`` of ``ask``)
   and ``best_config.yaml`` (an experiment config extending the original: ``reflect-sql eval`` takes
   it), plus ``optimization_history.png`` and ``param_importances.png``.
+- Trials run the compiled program ``--program`` resolves (``programs.shipped``; by default the one
+  shipped for the generator LM). The study records it (path and sha256) and a resumed study must
+  run the same one; ``best_config.yaml`` names it.
 """
 from __future__ import annotations
 
@@ -39,12 +42,15 @@ import yaml
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.runner import ProgramFactory, run_eval
+from reflect_sql.experiments.tracking import program_params
 from reflect_sql.optimize.config import TuneOptions, with_dataset
 from reflect_sql.optimize.search_space import TUNED_KEYS, params_from_settings, settings_from_params, suggest_params
+from reflect_sql.programs.shipped import ProgramChoice, resolve_program
 from reflect_sql.settings import Settings
 
 FactoryFor = Callable[[EvalConfig, Path], ProgramFactory]
 _INTERRUPTED = "interrupted"
+_PROGRAM = "program"
 
 
 @dataclass
@@ -108,6 +114,21 @@ def requeue_interrupted(study: optuna.Study) -> int:
             covered.append(t.params)
             queued += 1
     return queued
+
+
+def check_study_program(study: optuna.Study, choice: ProgramChoice, storage: str) -> None:
+    """A study records the compiled program its trials run (sha256); a resumed study must run the
+    same one, or its trials would compare two programs as if they were one."""
+    recorded = study.user_attrs.get(_PROGRAM)
+    if recorded is None:
+        if not study.trials:
+            study.set_user_attr(_PROGRAM, choice.to_json())
+        return
+    if recorded.get("sha256") != choice.sha256:
+        raise UserError(f"study {study.study_name!r} in {storage} runs program {recorded.get('path')} "
+                        f"(sha256 {(recorded.get('sha256') or 'none')[:12]}), not {choice.to_json()['path']} "
+                        f"(sha256 {(choice.sha256 or 'none')[:12]}); resume it with --program {recorded.get('path')}, "
+                        "or use another --study")
 
 
 def _completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -245,6 +266,10 @@ def write_best(study: optuna.Study, config: EvalConfig, out: Path, multi_objecti
         best_config.update({k: v for k, v in config.raw.items() if k not in ("name", "settings")})
     # Every setting, not only the tuned ones: --set overrides given to tune are part of what was measured.
     best_config["settings"] = settings.model_dump(mode="json")
+    program = study.user_attrs.get(_PROGRAM) or {}
+    if program.get("path"):
+        header += (f"# Trials ran program {program['path']} (sha256 {program.get('sha256') or 'none'}): "
+                   f"evaluate with --program {program['path']}.\n")
     config_path = out / "best_config.yaml"
     config_path.write_text(
         header + "# The dataset comes from the extended config: evaluate on questions the study did not tune on.\n"
@@ -294,7 +319,7 @@ def save_plots(study: optuna.Study, out: Path, multi_objective: bool) -> dict[st
     return plots
 
 
-def _pipeline_factories() -> FactoryFor:
+def _pipeline_factories(program: ProgramChoice) -> FactoryFor:
     lms: tuple | None = None
 
     def make(trial_config: EvalConfig, trial_dir: Path) -> ProgramFactory:
@@ -304,7 +329,7 @@ def _pipeline_factories() -> FactoryFor:
 
         if lms is None:  # tuned keys never touch the LM settings, so one pair serves every trial
             lms = configure_lms(trial_config.settings)
-        return PipelineFactory(trial_config, trial_dir, lms=lms)
+        return PipelineFactory(trial_config, trial_dir, program=program, lms=lms)
 
     return make
 
@@ -362,12 +387,15 @@ def run_study(
     out: Path | None = None,
     progress: bool = False,
     log: Callable[[str], None] = lambda _: None,
+    program: str | Path | None = None,
 ) -> TuneResult:
     """Top the study up to ``trials`` completed trials on the tuning split and write its outputs.
 
     ``factory_for(trial_config, trial_dir)`` gives the runner's program factory for a trial;
     by default the experiments pipeline, on LMs built once for the whole study (the embedded
-    model loads once). Tests pass one that builds programs on a scripted LM.
+    model loads once), running the compiled ``program`` (``--program``; None: the one shipped for
+    the generator LM). Tests pass one that builds programs on a scripted LM. A study keeps the
+    program it started with: resuming it with another one is refused.
     """
     started = time.perf_counter()
     name = study_name or options.study or f"{config.name}-tune"
@@ -383,9 +411,11 @@ def run_study(
     # live process elsewhere might, so its stale runs are left for the user to close.
     storage_file = sqlite_storage_file(storage)
     storage_id = f"sqlite:///{storage_file}" if storage_file is not None else storage.split("?", 1)[0]
+    choice = resolve_program(program, tuning.settings.lm)
     with study_lock(storage, name, out):
-        factory_for = factory_for or _pipeline_factories()
+        factory_for = factory_for or _pipeline_factories(choice)
         study = open_study(name, storage, multi, options.seed, target)
+        check_study_program(study, choice, storage)
         if not study.trials and options.start_from_config:
             # Trial 0 runs the configured settings: the baseline the tuned EX is compared with.
             study.enqueue_trial(params_from_settings(tuning.settings), user_attrs={"baseline": True})
@@ -404,7 +434,8 @@ def run_study(
         try:
             if remaining:
                 tracker.log_params({"study": name, "storage": storage, "target_trials": target, "seed": options.seed,
-                                    "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json())})
+                                    "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json()),
+                                    **program_params(choice.to_json())})
 
             def objective(trial: optuna.Trial):
                 settings = settings_from_params(suggest_params(trial), tuning.settings)

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from reflect_sql.cli.common import DB_HELP, add_settings_args, settings_from_args
+from reflect_sql.cli.common import DB_HELP, add_program_arg, add_settings_args, settings_from_args
 
 
 def register(subparsers) -> None:
@@ -29,6 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--no-entailment", action="store_true", help="run the SQL once, no checks or entailment judge")
     parser.add_argument("--no-enrichment", action="store_true", help="never write to the knowledge base")
     parser.add_argument("--json", action="store_true", help="print the answer, scores, trace and cost as JSON")
+    add_program_arg(parser)
     add_settings_args(parser)
     parser.set_defaults(func=_ask)
 
@@ -89,23 +90,26 @@ def _ask(args: argparse.Namespace) -> int:
     from reflect_sql.lm.factory import configure_lms
     from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.programs import build_program, prediction_to_json
+    from reflect_sql.programs.shipped import apply_program, resolve_program
 
     def status(message: str) -> None:
         print(message, file=sys.stderr)
 
+    choice = resolve_program(args.program, settings.lm)  # before any model loads
     generator_lm, judge_lm = configure_lms(settings)
     dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
     with open_engine(args.db, settings) as engine:
         retriever = open_retriever(settings, engine, args.db, use_kb, status)
         try:
-            program = build_program(settings, engine, retriever, mode=args.mode,
-                                    generator_lm=generator_lm, judge_lm=judge_lm)
+            program = apply_program(build_program(settings, engine, retriever, mode=args.mode,
+                                                  generator_lm=generator_lm, judge_lm=judge_lm), choice)
             prediction = program(question=args.question, evidence=args.evidence)
         finally:
             close = getattr(retriever, "close", None)
             if close is not None:
                 close()
     answer = prediction_to_json(prediction)
+    status(f"program: {choice.describe()}")  # after the answer: bad input stays one line on stderr
     if args.json:
         print(json.dumps(answer, ensure_ascii=False, indent=2))
     else:

@@ -9,6 +9,13 @@ if TYPE_CHECKING:
 
 
 DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
+PROGRAM_HELP = ("compiled program to run: a PROGRAM.json saved by `reflect-sql compile`, or `none` for the bare "
+                "signatures (default: the program shipped for the generator LM, bare when none ships for it)")
+
+
+def add_program_arg(parser: argparse.ArgumentParser) -> None:
+    """``--program none|FILE``; resolved by ``reflect_sql.programs.shipped.resolve_program``."""
+    parser.add_argument("--program", metavar="none|PROGRAM.json", help=PROGRAM_HELP)
 
 
 def add_settings_args(parser: argparse.ArgumentParser) -> None:

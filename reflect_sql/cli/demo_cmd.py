@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from reflect_sql.cli.common import add_program_arg
+
 # The paper's section 8 examples, by question_id in the scenario's questions.json.
 PAPER_QUESTIONS = "0,2,1"
 
@@ -24,6 +26,7 @@ def register(subparsers) -> None:
     parser.add_argument("--lm", metavar="M", help="generator LM (default: the settings' lm)")
     parser.add_argument("--judge-lm", metavar="M", help="judge LM (default: the generator's model)")
     parser.add_argument("--json", action="store_true", help="print each answer as JSON")
+    add_program_arg(parser)
     parser.add_argument("--config", metavar="F", help="YAML settings file")
     parser.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE")
     parser.set_defaults(func=_demo)
@@ -44,6 +47,11 @@ def _demo(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"no question_id {', '.join(unknown)} in the SmartRestaurant question set")
 
+    # The program is checked once, before the database and the KB are made (each ask resolves it again).
+    from reflect_sql.cli.common import settings_from_args
+    from reflect_sql.programs.shipped import resolve_program
+
+    resolve_program(args.program, settings_from_args(args, lm=args.lm, judge_lm=args.judge_lm).lm)
     ensure_demo_db(args.db)
     shared = [f"--set={pair}" for pair in args.set_] + (["--config", args.config] if args.config else [])
     if not KBDir(args.kb_dir).exists():
@@ -58,7 +66,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"\n=== Q{qid}: {q['question']}")
         argv = ["ask", "--db", args.db, "--kb-dir", args.kb_dir, "--mode", args.mode,
                 "--evidence", q.get("evidence", ""), *shared]
-        for flag, value in (("--lm", args.lm), ("--judge-lm", args.judge_lm)):
+        for flag, value in (("--lm", args.lm), ("--judge-lm", args.judge_lm), ("--program", args.program)):
             if value:
                 argv += [flag, value]
         if args.json:

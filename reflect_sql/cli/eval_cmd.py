@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from reflect_sql.cli.common import add_program_arg
+
 SCORE_HELP = """\
 Score a predictions file with execution accuracy (EX), as the official evaluators do.
 BIRD: correct when set(pred rows) == set(gold rows); errors and timeouts are wrong; reported per
@@ -47,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=EVAL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG.yaml", help="experiment config (see experiments/configs/)")
     _add_run_args(p)
-    p.add_argument("--program", metavar="PROGRAM.json", help="load a compiled (optimized) program's state")
+    add_program_arg(p)
     p.add_argument("--retry-errors", action="store_true", help="on resume, rerun questions whose program raised an exception")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.set_defaults(func=cmd_eval)
@@ -59,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Variants are MLflow runs nested under one parent run.")
     p.add_argument("config", metavar="ABLATION.yaml")
     _add_run_args(p)
+    add_program_arg(p)
     p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser("calibrate", help="how well each judge score predicts correctness in an eval run",
@@ -77,6 +80,8 @@ OUT/results.jsonl as they finish; rerunning with the same --out resumes (finishe
 not rerun, a line cut by a kill is redone). Writes OUT/summary.json (the `score --json` keys, EX in
 percent, plus cost and recall), OUT/predict_<split>.json (official BIRD format), per_question.csv,
 charts and the judge calibration, and logs one MLflow run (settings.mlflow_uri).
+The compiled program shipped for the generator LM runs by default (`--program none`: the bare
+signatures); run.json and MLflow record its path and sha256, and a resumed run must use the same one.
 """
 
 
@@ -105,6 +110,9 @@ def _print_summary(summary: dict) -> None:
               f"{per_q['completion_tokens']:.0f} completion tokens, {per_q['seconds']:.1f} s; "
               f"wall time {summary['wall_seconds']:.0f} s; {summary['errors']} question(s) with an error, "
               f"{summary['exceptions']} crashed")
+    program = summary.get("program") or {}
+    if program.get("description"):
+        print(f"program: {program['description']}")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -118,7 +126,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         enable_autolog(config)
     summary = run_eval(config, out, progress=not args.no_progress, retry_errors=args.retry_errors,
-                       program_path=args.program)
+                       program=args.program)
     if config.mlflow_enabled and not args.no_mlflow:
         from reflect_sql.experiments.tracking import log_eval
 
@@ -137,7 +145,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     out = args.out or _default_out("ablation")
     result = run_ablation(args.config, out, sets=args.set_, limit=args.limit, mlflow=not args.no_mlflow,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, program=args.program)
     print(result["table"], end="")
     print(f"table, charts and per-variant runs in {out}")
     return 0

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
+
+from reflect_sql.cli.common import add_program_arg
 
 TUNE_HELP = """\
 Tune theta_r, theta_s, theta_e, alpha, beta and the semantic weights (w_c, w_g, w_j, w_q, on the
@@ -24,7 +27,10 @@ generator (metric: execution accuracy) and the semantic and entailment judges (m
 of their decision with labels from gold and perturbed gold SQL). The train split comes from
 `compile.train` in the config and must not share a question with the experiment's dataset.
 Agreement (EX for the generator) on held-out train questions is printed before and after.
-Run the result with `reflect-sql eval CONFIG --program PROGRAM.json`.
+The file records the generator LM it was compiled for (a run on another LM refuses it), the
+optimizer, the train split, the command that reproduces it and the report. Run it with
+`reflect-sql eval CONFIG --program PROGRAM.json`; saved as programs/compiled/<model>.json for an
+embedded model local/<model>, it is what every run on that model loads by default.
 """
 
 JUDGE_SCALE_HELP = """\
@@ -50,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="maximise EX and minimise LM calls per question (NSGA-II, Pareto front)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting or a config key of the experiment (as for eval)")
+    add_program_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_tune)
 
@@ -106,7 +113,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.multi_objective:
         oc.tune.multi_objective = True
     result = run_study(oc.experiment, oc.tune, trials=args.trials, study_name=args.study,
-                       out=Path(args.out) if args.out else None, progress=sys.stderr.isatty(), log=_note)
+                       out=Path(args.out) if args.out else None, progress=sys.stderr.isatty(), log=_note,
+                       program=args.program)
     if args.json:
         print(json.dumps({
             "study": result.study_name, "storage": result.storage, "out": str(result.out),
@@ -130,6 +138,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def compile_command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this compile, from its parsed arguments."""
+    argv = ["reflect-sql", "compile", args.config, "--out", args.out]
+    if args.optimizer:
+        argv += ["--optimizer", args.optimizer]
+    if args.targets:
+        argv += ["--targets", args.targets]
+    for pair in args.set_:
+        argv += ["--set", pair]
+    return shlex.join(argv)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from reflect_sql.optimize.compile import compile_program
     from reflect_sql.optimize.config import load_optimize_config
@@ -143,7 +163,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         bad = [t for t in targets if t not in TARGETS]
         if bad:
             raise UserError(f"--targets: unknown {', '.join(bad)} (choose from {', '.join(TARGETS)})")
-    _, report = compile_program(oc, args.out, optimizer=args.optimizer, targets=targets, log=_note)
+    _, report = compile_program(oc, args.out, optimizer=args.optimizer, targets=targets, log=_note,
+                                command=compile_command(args))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

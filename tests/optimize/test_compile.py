@@ -76,7 +76,7 @@ def test_compile_save_load_gives_identical_prompts_and_predictions(opt_config, s
     for way in ("in_memory", "eval_program_flag", "load_into"):
         run_lm = _lm(scripted_reply)
         factory = PipelineFactory(oc.experiment, tmp_path / way, lms=(run_lm, run_lm),
-                                  program_path=out if way == "eval_program_flag" else None)
+                                  program=out if way == "eval_program_flag" else None)
         predictions = []
         for q in questions:
             program = factory(q)
@@ -217,3 +217,34 @@ def test_mipro_runs_end_to_end_on_a_scripted_lm(opt_config, scripted_reply, tmp_
     assert mode == "reflect"
     assert loaded.synthesis_loop.generator.signature.__name__ == "GenerateSQL"
     assert loaded.synthesis_loop.generator.signature.instructions == program.synthesis_loop.generator.signature.instructions
+
+
+def test_compile_records_the_lm_and_the_command_and_its_file_loads_only_for_that_lm(opt_config, scripted_reply, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """What `compile` saves is what a run on the same generator LM loads (by default once shipped
+    under the model's name), and what a run on another LM refuses."""
+    import hashlib
+
+    import reflect_sql.lm.factory as factory
+    from reflect_sql.programs import shipped
+
+    lm = _lm(scripted_reply)
+    monkeypatch.setattr(factory, "configure_lms", lambda settings: (lm, lm))
+    opt_config("  optimizer: labeled\n  train: {exclude_eval: true}\n  max_labeled_demos: 1\n")
+    out = tmp_path / "compiled" / "tiny-model.json"
+    argv = ["compile", str(tmp_path / "opt.yaml"), "--out", str(out), "--targets", "generator",
+            "--set", "lm=local/tiny-model"]
+    assert main(argv) == 0
+    meta = json.loads(out.read_text())["metadata"]["reflect_sql"]
+    assert meta["lm"] == meta["judge_lm"] == "local/tiny-model"
+    assert meta["command"] == "reflect-sql " + " ".join(argv)
+    assert meta["optimizer"] == "labeled" and meta["train"]["questions"] and meta["report"]["targets"]["generator"]
+    assert meta["commit"]
+
+    capsys.readouterr()
+    monkeypatch.setattr(shipped, "COMPILED_DIR", out.parent)
+    chosen = shipped.resolve_program(None, "local/tiny-model")
+    assert chosen.path == out.resolve() and chosen.sha256 == hashlib.sha256(out.read_bytes()).hexdigest()
+    with pytest.raises(UserError, match="compiled for local/tiny-model, not for the generator LM local/other"):
+        shipped.resolve_program(str(out), "local/other")
+    assert capsys.readouterr().err == ""  # a program that records its LM loads without a warning

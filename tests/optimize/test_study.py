@@ -169,7 +169,7 @@ def test_tune_command_with_a_tuning_split(tmp_path, tiny_dataset, write_config, 
     write_config(tmp_path / "exp.yaml", tiny_dataset, limit=4)
     (tmp_path / "opt.yaml").write_text(
         "experiment: exp.yaml\ntune:\n  study: cli\n  seed: 3\n  dataset: {limit: 2}\n")
-    monkeypatch.setattr(study_module, "_pipeline_factories", lambda: scripted_factory)
+    monkeypatch.setattr(study_module, "_pipeline_factories", lambda program: scripted_factory)
     out = tmp_path / "cli-out"
     assert main(["tune", str(tmp_path / "opt.yaml"), "--trials", "2", "--out", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -1,0 +1,207 @@
+"""Which compiled program a command runs, and loading it: the one resolution of ``--program``.
+
+Compiled programs ship in ``programs/compiled/``, one per embedded model, named by the model:
+``local/<name>`` -> ``compiled/<name>.json``. ``ask``, ``eval``, ``ablate``, ``tune`` and ``demo``
+all resolve their program with ``resolve_program``:
+
+- no ``--program``: the shipped program of the generator LM (``settings.lm``), or the bare
+  signatures when none ships for that LM;
+- ``--program none``: the bare signatures;
+- ``--program FILE``: that file.
+
+A file records the LM it was compiled for (``metadata.reflect_sql.lm``, written by ``compile``).
+A file compiled for another generator LM is refused (``UserError``: one line, exit code 2); a file
+that records no LM (compiled before LMs were recorded) is loaded with a warning on stderr.
+
+The file is read once, at resolution: its sha256 is of the bytes whose state is loaded. A program
+of another mode (a reflect program in a single-pass run, or the reverse) gives each predictor of
+the run the state of the file's predictor of the same role (signature); the run's predictors that
+have no counterpart in the file stay bare.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from reflect_sql.errors import UserError
+
+COMPILED_DIR = Path(__file__).resolve().parent / "compiled"
+LOCAL_PREFIX = "local/"
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class ProgramChoice:
+    """What a run loads: a file (``path``) or the bare signatures (``path`` None)."""
+
+    source: str  # "default" (shipped for the LM), "file" (--program FILE), "none" (--program none), "no default"
+    lm: str  # the generator LM the choice was resolved for
+    path: Path | None = None
+    sha256: str | None = None
+    compiled_for: str | None = None  # the LM the file records (None: it records none)
+    mode: str | None = None  # the file's program mode
+    warning: str | None = None
+    state: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def bare(self) -> bool:
+        return self.path is None
+
+    def describe(self) -> str:
+        """One line for a terminal."""
+        if self.bare:
+            if self.source == NONE:
+                return "bare signatures (--program none)"
+            default = default_program_file(self.lm)
+            why = f"{default} does not exist" if default else "not an embedded model"
+            return f"bare signatures (no compiled program ships for {self.lm}: {why})"
+        what = "shipped for " + self.lm if self.source == "default" else f"compiled for {self.compiled_for or 'an unrecorded LM'}"
+        return f"{self.path} ({what}, sha256 {self.sha256[:12]})"
+
+    def to_json(self) -> dict[str, Any]:
+        """What run.json, summary.json and MLflow record: the path ("none" when bare) and sha256."""
+        return {"path": str(self.path) if self.path else NONE, "sha256": self.sha256, "source": self.source,
+                "lm": self.lm, "compiled_for": self.compiled_for, "mode": self.mode, "description": self.describe()}
+
+
+def default_program_file(lm: str) -> Path | None:
+    """The file a compiled program for ``lm`` ships as (it may not exist); None for an LM that is
+    not an embedded model."""
+    if not lm.startswith(LOCAL_PREFIX):
+        return None
+    from reflect_sql.lm.models import DEFAULT_MODEL
+
+    name = lm[len(LOCAL_PREFIX):] or DEFAULT_MODEL
+    if "/" in name or name.startswith("."):
+        return None
+    return COMPILED_DIR / f"{name}.json"
+
+
+def _read(path: Path) -> tuple[bytes, dict[str, Any]]:
+    if path.suffix != ".json":
+        raise UserError(f"--program: a compiled program is a .json file saved by `reflect-sql compile` "
+                        f"(or `none` for the bare signatures), not {path}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"compiled program not found: {path}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read compiled program {path}: {exc.strerror or exc}") from None
+    try:
+        state = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"compiled program {path} is not valid JSON: {exc}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("metadata"), dict):
+        raise UserError(f"{path} is not a saved DSPy program (no 'metadata' key)")
+    return data, state
+
+
+def resolve_program(program: str | Path | None, lm: str) -> ProgramChoice:
+    """The program a run on generator LM ``lm`` loads: ``program`` is the ``--program`` value
+    (None: the default for ``lm``; ``"none"``: bare; else a file)."""
+    if program is not None and str(program).strip() == NONE:
+        return ProgramChoice(source=NONE, lm=lm)
+    if program is None or not str(program).strip():
+        path = default_program_file(lm)
+        if path is None or not path.is_file():
+            return ProgramChoice(source="no default", lm=lm)
+        source = "default"
+    else:
+        path, source = Path(program), "file"
+    path = path.resolve()
+    data, state = _read(path)
+    meta = state["metadata"].get("reflect_sql") or {}
+    compiled_for = meta.get("lm") if isinstance(meta, dict) else None
+    mode = _file_mode(state, path)
+    warning = None
+    if compiled_for is None:
+        warning = (f"{path} records no LM it was compiled for (compiled before LMs were recorded); "
+                   f"loading it for {lm}")
+        print(f"reflect-sql: warning: {warning}", file=sys.stderr)
+    elif compiled_for != lm:
+        raise UserError(f"{path} was compiled for {compiled_for}, not for the generator LM {lm}: "
+                        f"pass --program none, or a program compiled for {lm}")
+    return ProgramChoice(source=source, lm=lm, path=path, sha256=hashlib.sha256(data).hexdigest(),
+                         compiled_for=compiled_for, mode=mode, warning=warning, state=state)
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def roles(mode: str) -> dict[str, str]:
+    """Predictor path -> signature name of the program of ``mode`` (built without a database)."""
+    from reflect_sql.db.schema import Schema
+    from reflect_sql.programs.build import build_program
+    from reflect_sql.programs.retriever import SchemaRetriever
+    from reflect_sql.settings import Settings
+
+    program = build_program(Settings(), None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
+    return {path: p.signature.__name__ for path, p in program.named_predictors()}
+
+
+def _file_mode(state: dict[str, Any], path: Path) -> str:
+    from reflect_sql.programs.build import MODES
+
+    meta = state["metadata"].get("reflect_sql")
+    recorded = meta.get("mode") if isinstance(meta, dict) else None
+    if recorded in MODES:
+        return recorded
+    saved = sorted(k for k in state if k != "metadata")
+    for mode in MODES:
+        if sorted(roles(mode)) == saved:
+            return mode
+    raise UserError(f"{path}: its predictors ({', '.join(saved) or 'none'}) match no program mode "
+                    f"({'; '.join(f'{m}: ' + ', '.join(sorted(roles(m))) for m in MODES)})")
+
+
+def keep_signature_names(program: Any, names: dict[str, str]) -> None:
+    """Give each predictor's signature back its class name (``names``: predictor path -> name).
+
+    DSPy rebuilds a signature whenever its instructions are set (``load``, MIPROv2), and the
+    rebuilt class is called ``StringSignature``; cost accounting and scripted LMs tell the
+    predictors apart by that name.
+    """
+    for path, predictor in program.named_predictors():
+        name = names.get(path)
+        if name and predictor.signature.__name__ != name:
+            predictor.signature.__name__ = name
+            predictor.signature.__qualname__ = name
+
+
+def load_state(program: Any, state: dict[str, Any], mode: str | None = None, where: str | Path = "program") -> list[str]:
+    """Load a saved program's ``state`` into ``program``, keeping the signatures' names; returns
+    the paths of the predictors left bare (none when the file is of the program's own mode).
+
+    Predictors are matched by path, and, for a file of another ``mode``, by role (signature name).
+    """
+    names = {path: p.signature.__name__ for path, p in program.named_predictors()}
+    saved = {k: v for k, v in state.items() if k != "metadata"}
+    other_mode = mode is not None and set(roles(mode)) != set(names)
+    by_role = {name: path for path, name in roles(mode).items() if path in saved} if other_mode else {}
+    left = []
+    for path, predictor in program.named_predictors():
+        source = path if path in saved else by_role.get(names[path])
+        if source is None:
+            if not other_mode:
+                raise UserError(f"{where} lacks the state of predictor '{path}' of the {type(program).__name__} program")
+            left.append(path)
+            continue
+        predictor.load_state(copy.deepcopy(saved[source]))
+    if len(left) == len(names):
+        raise UserError(f"{where} ({mode} program) has no predictor of the {type(program).__name__} program")
+    keep_signature_names(program, names)
+    return left
+
+
+def apply_program(program: Any, choice: ProgramChoice) -> Any:
+    """``program`` with ``choice`` loaded into it (unchanged when the choice is bare)."""
+    if not choice.bare:
+        load_state(program, choice.state, choice.mode, choice.path)
+    return program
