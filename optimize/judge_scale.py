@@ -225,7 +225,9 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
     questions = train_questions(experiment, oc.compile, evaluated)
     generator_lm, judge_lm = lms or configure_lms(settings)
     dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
-    factory = PipelineFactory(replace(experiment, settings=settings), out / "work", lms=(generator_lm, judge_lm))
+    # Only its engines and retrievers are used: the judges here are the bare forms, never a compiled program.
+    factory = PipelineFactory(replace(experiment, settings=settings), out / "work", program="none",
+                              lms=(generator_lm, judge_lm))
     try:
         contexts = labelled.Contexts(factory, settings)
         cases = labelled.judge_cases(questions, contexts, experiment.dataset.format, experiment.score_timeout_s)
