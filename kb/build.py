@@ -18,7 +18,7 @@ from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
 from reflect_sql.kb.model import ColumnEntry, Example, ForeignKeyEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
-from reflect_sql.kb.values import ValueIndex, indexable_column, indexable_value
+from reflect_sql.kb.values import MAX_DISTINCT_PER_COLUMN, ValueIndex, indexable_column, indexable_value
 from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # the db room (and sqlglot with it) loads only when the datab
 
 VALUES_FILE = "values.sqlite"
 SOURCES_FILE = "sources.json"
-MAX_DISTINCT_PER_COLUMN = 20_000
 # Bump when the way a KB is derived from its sources changes: stored source signatures then no
 # longer match and the next build redoes everything.
 BUILDER_VERSION = 1

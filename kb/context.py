@@ -6,8 +6,9 @@ as SQL comments, so a model reads it as a schema it already knows how to query.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Protocol
 
 from reflect_sql.kb.values import ValueMatch
 
@@ -55,6 +56,55 @@ class JoinEdge:
 
     def render(self) -> str:
         return " AND ".join(f"{self.table}.{c} = {self.ref_table}.{r}" for c, r in zip(self.columns, self.ref_columns))
+
+
+class Link(Protocol):
+    """A foreign key as the KB document (``ForeignKeyEntry``) and the database schema
+    (``db.schema.ForeignKey``) both hold it."""
+
+    table: str
+    columns: list[str]
+    ref_table: str
+    ref_columns: list[str]
+
+
+def fk_graph(foreign_keys: Iterable[Link], tables: Iterable[str] = ()) -> dict[str, set[str]]:
+    """Tables as nodes, foreign keys as undirected edges; ``tables`` adds nodes with no key."""
+    graph: dict[str, set[str]] = {t: set() for t in tables}
+    for fk in foreign_keys:
+        if fk.table != fk.ref_table:
+            graph.setdefault(fk.table, set()).add(fk.ref_table)
+            graph.setdefault(fk.ref_table, set()).add(fk.table)
+    return graph
+
+
+def fk_path(graph: dict[str, set[str]], sources: Iterable[str], target: str) -> list[str]:
+    """Shortest FK path from any of ``sources`` to ``target`` (both ends included), or [].
+
+    Ties go to the alphabetically first tables, so the same question always gets the same joins.
+    """
+    start = sorted(set(sources))
+    prev: dict[str, str | None] = {s: None for s in start}
+    queue = deque(start)
+    while queue:
+        node = queue.popleft()
+        if node == target:
+            path = [node]
+            while prev[path[-1]] is not None:
+                path.append(prev[path[-1]])
+            return path[::-1]
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in prev:
+                prev[nxt] = node
+                queue.append(nxt)
+    return []
+
+
+def path_links(foreign_keys: Iterable[Link], path: list[str]) -> list[list[Link]]:
+    """For each step of ``path`` (as ``fk_path`` returns it), the foreign keys that make it: several
+    when two tables are linked more than once (an eye and a hair colour both point at ``colour``)."""
+    keys = list(foreign_keys)
+    return [[fk for fk in keys if {fk.table, fk.ref_table} == {a, b}] for a, b in zip(path, path[1:])]
 
 
 def _quote_ident(name: str) -> str:

@@ -24,12 +24,12 @@ Without evidence thresholds, every table of a small database with its join keys 
 """
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from reflect_sql.kb.context import ContextColumn, ContextTable, ExampleHit, JoinEdge, SchemaContext
+from reflect_sql.kb.context import ContextColumn, ContextTable, ExampleHit, JoinEdge, SchemaContext, fk_graph, fk_path
 from reflect_sql.kb.documents import GLOBAL, collection_for_table
 from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
@@ -174,29 +174,12 @@ class Retriever:
     # --- join graph ------------------------------------------------------------------------
 
     def _fk_graph(self) -> dict[str, set[str]]:
-        graph: dict[str, set[str]] = {t.name: set() for t in self.kb.tables}
-        for fk in self.kb.foreign_keys:
-            if fk.table in graph and fk.ref_table in graph and fk.table != fk.ref_table:
-                graph[fk.table].add(fk.ref_table)
-                graph[fk.ref_table].add(fk.table)
-        return graph
+        known = {t.name for t in self.kb.tables}
+        return fk_graph((fk for fk in self.kb.foreign_keys if fk.table in known and fk.ref_table in known), known)
 
     def _path(self, sources: set[str], target: str) -> list[str]:
         """Shortest FK path from any of ``sources`` to ``target`` (both ends included), or []."""
-        prev: dict[str, str | None] = {s: None for s in sources}
-        queue = deque(sources)
-        while queue:
-            node = queue.popleft()
-            if node == target:
-                path = [node]
-                while prev[path[-1]] is not None:
-                    path.append(prev[path[-1]])
-                return path[::-1]
-            for nxt in sorted(self._graph.get(node, ())):
-                if nxt not in prev:
-                    prev[nxt] = node
-                    queue.append(nxt)
-        return []
+        return fk_path(self._graph, sources, target)
 
     def connect(self, chosen: list[str]) -> list[str]:
         """Tables to add so that the chosen ones join: bridges on shortest FK paths, in order."""
@@ -294,10 +277,7 @@ class Retriever:
         selected_set = set(selected)
 
         # Join edges among the selected tables; their key columns are always kept.
-        joins = [JoinEdge(fk.table, fk.columns, fk.ref_table, fk.ref_columns) for fk in self.kb.foreign_keys
-                 if fk.table in selected_set and fk.ref_table in selected_set]
-        join_keys = {(j.table, c) for j in joins for c in j.columns} | {(j.ref_table, c) for j in joins for c in j.ref_columns}
-        references = {(j.table, c): f"{j.ref_table}({r})" for j in joins for c, r in zip(j.columns, j.ref_columns)}
+        joins, join_keys, references = self._joins(selected_set)
 
         # Step 2: columns within each selected table.
         entries = []
@@ -334,6 +314,62 @@ class Retriever:
         terms = {t: d for t, d in self.kb.terms.items() if f" {fold(t)} " in f" {fold(text)} "}
         return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
                              values=kept_values, examples=shown_examples, terms=terms)
+
+    def _joins(self, tables: set[str]) -> tuple[list[JoinEdge], set[tuple[str, str]], dict[tuple[str, str], str]]:
+        """The FK edges among ``tables``, their key columns, and each referencing column's target."""
+        joins = [JoinEdge(fk.table, fk.columns, fk.ref_table, fk.ref_columns) for fk in self.kb.foreign_keys
+                 if fk.table in tables and fk.ref_table in tables]
+        join_keys = {(j.table, c) for j in joins for c in j.columns} | {(j.ref_table, c) for j in joins for c in j.ref_columns}
+        references = {(j.table, c): f"{j.ref_table}({r})" for j in joins for c, r in zip(j.columns, j.ref_columns)}
+        return joins, join_keys, references
+
+    def extend(self, context: SchemaContext, wanted: dict[str, list[str]]) -> SchemaContext:
+        """``context`` with the tables and columns of ``wanted`` (``{table: [column, ...]}``) added,
+        plus the bridge tables and key columns that join them to the tables already there.
+
+        The syntax loop calls it when a query needs a column retrieval did not show. A new context
+        is returned; ``context`` is left as it was (the retrieval step recorded it). Names the KB does
+        not know are ignored.
+        """
+        asked: dict[str, set[str]] = {}
+        for name, columns in wanted.items():
+            table = self.kb.table(name)
+            if table is not None:
+                asked.setdefault(table.name, set()).update(
+                    c.name for c in table.columns if c.name.lower() in {x.lower() for x in columns})
+        present = [t.name for t in context.entries]
+        new = [name for name in asked if name not in present]
+        tree, bridges = set(present), []
+        for name in new:
+            for node in self._path(tree, name) if tree else []:
+                if node not in tree and node not in new:
+                    bridges.append(node)
+                tree.add(node)
+            tree.add(name)
+        selected = present + bridges + new
+        joins, join_keys, references = self._joins(set(selected))
+        entries = []
+        for name in selected:
+            table = self.kb.table(name)
+            old = context.table(name)
+            if table is None:  # a context from another KB; keep what it shows
+                entries.append(old)
+                continue
+            shown = {c.name: c for c in old.columns} if old is not None else {}
+            columns = []
+            for c in table.columns:
+                ref = references.get((name, c.name))
+                if c.name in shown:
+                    columns.append(dataclasses.replace(shown[c.name], references=ref or shown[c.name].references))
+                elif (name, c.name) in join_keys or c.name in asked.get(name, ()) or (old is None and c.primary_key):
+                    why = ["join"] if (name, c.name) in join_keys else ["repair"]
+                    columns.append(self._context_column(c, 0.0, why, ref))
+            if old is not None:
+                entries.append(dataclasses.replace(old, columns=columns))
+            else:
+                entries.append(ContextTable(name=name, columns=columns, description=table.description,
+                                            bridge=name in bridges, total_columns=len(table.columns)))
+        return dataclasses.replace(context, entries=entries, joins=joins)
 
     @staticmethod
     def _context_column(c: ColumnEntry, score: float, why: list[str], ref: str | None) -> ContextColumn:

@@ -27,6 +27,8 @@ MAX_SPAN_WORDS = 6
 MIN_TYPO_CHARS = 5  # shorter spans only match exactly; trigrams cannot tell short words apart
 TYPO_RATIO = 0.82
 MAX_CANDIDATES = 25
+# Distinct values read per column at build: a column at the cap may hold values the index lacks.
+MAX_DISTINCT_PER_COLUMN = 20_000
 
 _DATE = re.compile(r"^\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?([ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)?$|^\d{1,2}:\d{2}(:\d{2})?$")
 _HAS_LETTER = re.compile(r"[^\W\d_]")
@@ -188,6 +190,17 @@ class ValueIndex:
         rows = self._connect().execute(
             "SELECT DISTINCT tbl, col, value FROM vals WHERE norm = ? AND alias IS NULL", (fold(value),))
         return [tuple(r) for r in rows]
+
+    def column_values(self, table: str, column: str) -> list[tuple[str, str]]:
+        """(stored value, folded form) of every value indexed for table.column (names matched
+        case-insensitively); [] when the column is not indexed."""
+        if not self.path.is_file():
+            return []
+        with self._lock:
+            rows = self._connect().execute(
+                "SELECT value, norm FROM vals WHERE lower(tbl) = lower(?) AND lower(col) = lower(?) AND alias IS NULL",
+                (table, column))
+            return [tuple(r) for r in rows]
 
     def lookup(self, question: str, limit: int = 20) -> list[ValueMatch]:
         """Values the question mentions, best first, at most one per column."""
