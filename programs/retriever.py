@@ -2,7 +2,9 @@
 
 The loops only ever call ``retrieve(question, k, m, evidence=...)`` and read ``tables``,
 ``columns`` and ``render()`` of what comes back (plus ``examples`` when present). ``enrich`` is
-optional: a retriever without it simply has nothing to learn into.
+optional: a retriever without it simply has nothing to learn into. So is ``extend(context,
+{table: [column, ...]})``, by which schema-grounded repair adds a table retrieval missed; without
+it the context stays as retrieved (the whole-schema context here already holds every table).
 """
 from __future__ import annotations
 

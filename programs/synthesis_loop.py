@@ -1,13 +1,15 @@
 """Loop 2, synthesis (paper section 4), two nested sub-loops:
 
-- syntax: compile the SQL on the engine (no execution); on an error, the repairer rewrites it from
-  the engine's error text, up to ``max_syntax_repairs`` times;
+- syntax: compile the SQL on the engine (no execution); on an error, schema-grounded repair
+  (``schema_repair.py``) first fixes what the schema alone decides and adds what it found to the
+  error text, then the repairer rewrites the SQL from that text, up to ``max_syntax_repairs`` times;
 - semantic: the judge scores C, G, J, Q and S = w_c*C + w_g*G + w_j*J + w_q*Q; below theta_s the
   diagnosis goes back to the generator, up to ``max_semantic_iterations`` generations.
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,7 @@ from reflect_sql.programs.candidate import Candidate, CandidatePool, better, syn
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.retriever import render_examples
+from reflect_sql.programs import schema_repair
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
@@ -124,6 +127,10 @@ class SynthesisLoop(dspy.Module):
             candidate = Candidate(sql=sql, round=round, context=context, retrieval_score=retrieval_score)
             if s.use_syntax_reflection:
                 self._syntax(candidate, question, evidence, schema_text, trace, round, it)
+                if candidate.context is not context:  # schema repair pulled in a table: later generations see it
+                    context = candidate.context
+                    schema_text = context.render()
+                    examples = render_examples(context, schema_text)
             if candidate.sql in seen:
                 # The judge sees only the SQL, so it would repeat its verdict, the feedback would repeat,
                 # and so would the generator: a fixed point, not progress.
@@ -207,22 +214,35 @@ class SynthesisLoop(dspy.Module):
     def _syntax(self, candidate: Candidate, question: str, evidence: str, schema_text: str, trace: Trace, round: int,
                 generation: int) -> None:
         s = self.settings
-        for attempt in range(s.max_syntax_repairs + 1):
+        grounded: set[str] = set()  # SQL schema repair has looked at: once each, so its rewrites cannot cycle
+        repairs = 0
+        for check in itertools.count():
             error = compile_error(self.handles.engine, candidate.sql)
-            step = trace.add(TraceStep("synthesis.syntax", round, attempt, inputs={"generation": generation, "sql": candidate.sql}))
+            step = trace.add(TraceStep("synthesis.syntax", round, check, inputs={"generation": generation, "sql": candidate.sql}))
             if error is None:
                 candidate.compiles, candidate.compile_error = True, None
                 step.decision = "compiles"
                 return
             candidate.compiles, candidate.compile_error = False, error
             step.feedback = error
-            if attempt == s.max_syntax_repairs:
+            lm_error = error
+            if candidate.sql not in grounded:
+                grounded.add(candidate.sql)
+                before = candidate.context
+                lm_error = self._schema_repair(candidate, error, trace, round, generation)
+                if candidate.context is not before:
+                    schema_text = candidate.context.render()
+                if lm_error is None:
+                    step.decision = "schema repair rewrote it: compile again"
+                    continue
+            if repairs == s.max_syntax_repairs:
                 step.decision = f"cap reached ({s.max_syntax_repairs} repairs): still fails to compile"
                 return
+            repairs += 1
             call = call_predictor(
                 self.repairer, "synthesis.repairer", self.handles.generator_lm,
                 question=question, evidence=evidence or "", dialect=self.handles.engine.dialect, schema_context=schema_text,
-                sql=candidate.sql, error=error,
+                sql=candidate.sql, error=lm_error,
             )
             step.cost = call.cost
             repaired = clean_sql(call.output.repaired_sql) if call.output is not None else ""
@@ -237,6 +257,49 @@ class SynthesisLoop(dspy.Module):
                 return
             step.decision = "repair"
             candidate.sql = repaired
+
+    def _schema_repair(self, candidate: Candidate, error: str, trace: Trace, round: int, generation: int) -> str | None:
+        """Schema-grounded repair of SQL that failed with ``error``. Rewrites ``candidate.sql`` and
+        returns None when the rules fixed something the schema decides (compile again, no LM call);
+        otherwise returns the error text for the repairer, with what the rules found appended. May
+        give ``candidate`` a wider context. Never fails the loop: the engine's error always remains."""
+        s = self.settings
+        if not schema_repair.enabled(s):
+            return error
+        step = TraceStep("synthesis.schema_repair", round, generation, inputs={"sql": candidate.sql})
+        try:
+            schema = self.handles.schema()
+            if schema is None:
+                step.failure = "no schema (introspection failed): the repairer gets the engine's error alone"
+                trace.add(step)
+                return error
+            retriever = self.handles.retriever
+            kb = getattr(retriever, "kb", None)
+            outcome = schema_repair.repair(candidate.sql, error, schema, s, self.handles.engine.dialect,
+                                           foreign_keys=getattr(kb, "foreign_keys", None),
+                                           values=getattr(retriever, "values", None))
+            if outcome is None or not (outcome.rewrites or outcome.notes):
+                return error
+            extend = getattr(retriever, "extend", None)
+            if outcome.pull and callable(extend) and candidate.context is not None:
+                candidate.context = extend(candidate.context, outcome.pull)
+        except ConnectionFailed:
+            raise
+        except Exception as exc:  # a rule's bug must not cost the question its LM repair
+            step.failure = f"schema repair failed ({type(exc).__name__}: {exc}): the repairer gets the engine's error alone"
+            trace.add(step)
+            return error
+        trace.add(step)
+        step.feedback = outcome.feedback() or None
+        if outcome.pull:
+            step.inputs["pulled_tables"] = list(outcome.pull)
+        if outcome.rewrites and outcome.sql != candidate.sql:
+            step.rewrite = {"sql": outcome.sql, "changes": outcome.rewrites}
+            step.decision = "rewrote: " + "; ".join(outcome.rewrites)
+            candidate.sql = outcome.sql
+            return None
+        step.decision = f"feedback for the repairer ({', '.join(outcome.rules)})"
+        return join_feedback(error, outcome.feedback())
 
     def _judge(self, candidate: Candidate, question: str, evidence: str, schema_text: str,
                trace: Trace, round: int, it: int, iterations: int) -> str:

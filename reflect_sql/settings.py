@@ -52,6 +52,15 @@ class Settings(BaseModel):
     w_q: float = Field(0.2, ge=0.0, description="Weight of query logic Q.")
     max_syntax_repairs: int = Field(3, ge=0, description="Cap on compile-and-repair rounds per candidate.")
     max_semantic_iterations: int = Field(3, ge=1, description="Cap on generate-and-judge rounds.")
+    # Schema-grounded repair (programs/schema_repair.py): deterministic, before any LM repair call.
+    repair_requalify: bool = Field(True, description="Move a column qualified with a table or alias that lacks it "
+                                   "onto the one table of the query that has it, and compile again, without an LM call.")
+    repair_pull_tables: bool = Field(True, description="For a column only a table outside the query has: name that "
+                                     "table and its FK join path to the repairer, and add it to the schema context.")
+    repair_suggest_names: bool = Field(True, description="For an unknown table, or a column no table has: the closest "
+                                       "names go into the repairer's feedback.")
+    repair_suggest_values: bool = Field(True, description="For a string literal a column never holds: the nearest "
+                                        "stored values from the KB's value index go into the repairer's feedback.")
 
     # --- Candidate pool and selection (programs/selection.py) ---
     n_candidates: int = Field(1, ge=1, le=16, description="SQL samples drawn at the question's first generation "

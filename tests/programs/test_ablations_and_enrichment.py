@@ -8,7 +8,9 @@ TYPO = "SELECT nme, CAST(returns AS REAL) / orders AS return_rate FROM stores WH
 
 # One question on which every loop acts: a typo for the syntax loop, then passing judges.
 BASE_CALLS = {"RetrievalJudge": 1, "GenerateSQL": 1, "RepairSQL": 1, "SemanticJudge": 1, "EntailmentJudge": 1}
-BASE_LOOPS = {"retrieval", "synthesis.generate", "synthesis.syntax", "synthesis.semantic", "entailment", "result", "enrichment"}
+# The typo also gets schema-grounded repair's closest names ("name") before the repairer's call.
+BASE_LOOPS = {"retrieval", "synthesis.generate", "synthesis.syntax", "synthesis.schema_repair", "synthesis.semantic",
+              "entailment", "result", "enrichment"}
 
 
 def script(helpers):
