@@ -21,9 +21,13 @@ def score_predictions(
     predictions: Mapping[str, str | None],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     threads: int = 1,
+    keep_distinct: bool = False,
 ) -> tuple[dict[str, Any], list[Scored]]:
-    """The ``score --json`` table and one ``Scored`` per question, in question order."""
-    with Scorer(fmt, timeout_s) as scorer:
+    """The ``score --json`` table and one ``Scored`` per question, in question order.
+
+    ``keep_distinct``: Spider only, the test-suite evaluator's option (DISTINCT is removed from
+    both queries otherwise)."""
+    with Scorer(fmt, timeout_s, keep_distinct=keep_distinct) as scorer:
 
         def one(q: Question) -> Scored:
             sql = predictions.get(q.key)

@@ -10,7 +10,9 @@ from reflect_sql.cli.common import add_program_arg
 SCORE_HELP = """\
 Score a predictions file with execution accuracy (EX), as the official evaluators do.
 BIRD: correct when set(pred rows) == set(gold rows); errors and timeouts are wrong; reported per
-difficulty. Spider: rows compared as multisets, as lists when the gold SQL has a top-level ORDER BY.
+difficulty. Spider: the official test-suite evaluator's execution match (exec_eval.eval_exec_match):
+DISTINCT removed from both queries (unless --keep-distinct), rows compared as multisets, as lists
+when the gold SQL contains ORDER BY (anywhere, as the official text test), columns in any order.
 Accuracies are PERCENTAGES (0-100, two decimals), like the official BIRD evaluator prints them;
 a difficulty without questions is null. --json prints
 {"simple": x, "moderate": y, "challenging": z, "overall": o, "counts": {...}} (Spider: overall, counts).
@@ -39,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="seconds for each prediction+gold pair, as the official meta_time_out (default 30)")
     p.add_argument("--threads", type=int, default=1, help="queries run in parallel (default 1)")
+    p.add_argument("--keep-distinct", action="store_true",
+                   help="Spider: keep DISTINCT in both queries (the official option; by default it is removed)")
     p.add_argument("--export-bird", metavar="F", help="also write the predictions in the official BIRD format")
     p.add_argument("--details", metavar="F", help="also write one JSON line per question (status, error)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -179,6 +183,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     if args.timeout <= 0:
         raise UserError("--timeout must be positive")
+    if args.keep_distinct and args.dataset != "spider":
+        raise UserError("--keep-distinct applies to --dataset spider only")
     questions = load_questions(
         args.dataset, args.questions, args.db_root,
         limit=args.limit, sample=args.sample, seed=args.seed, db_ids=parse_db_ids(args.db_ids),
@@ -187,7 +193,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         predictions = {q.key: q.gold_sql for q in questions}
     else:
         predictions = read_predictions(args.predictions, questions)
-    table, scored = score_predictions(args.dataset, questions, predictions, args.timeout, args.threads)
+    table, scored = score_predictions(args.dataset, questions, predictions, args.timeout, args.threads,
+                                      keep_distinct=args.keep_distinct)
     if args.export_bird:
         write_bird_predictions(args.export_bird, questions, predictions)
     if args.details:

@@ -67,11 +67,14 @@ def test_timeout_counts_as_wrong_and_stops_promptly(db):
 def test_spider_multiset_without_order_by(db):
     gold = "SELECT kind FROM item"  # fruit, fruit, veg, veg
     assert spider_match("SELECT kind FROM item ORDER BY kind DESC", gold, db).correct
-    assert not spider_match("SELECT DISTINCT kind FROM item", gold, db).correct  # duplicates matter
+    # Duplicates matter, but by default DISTINCT is removed from both queries, as officially.
+    assert not spider_match("SELECT DISTINCT kind FROM item", gold, db, keep_distinct=True).correct
+    assert spider_match("SELECT DISTINCT kind FROM item", gold, db).correct
+    assert not spider_match("SELECT kind FROM item GROUP BY kind", gold, db).correct
     assert bird_match("SELECT DISTINCT kind FROM item", gold, db).correct  # ...but not for BIRD
 
 
-def test_spider_order_matters_only_with_top_level_order_by(db):
+def test_spider_order_matters_with_order_by(db):
     gold = "SELECT name FROM item ORDER BY price"
     assert spider_match("SELECT name FROM item ORDER BY price ASC", gold, db).correct
     assert not spider_match("SELECT name FROM item ORDER BY price DESC", gold, db).correct

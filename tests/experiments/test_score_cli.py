@@ -57,11 +57,14 @@ def test_spider_counts_duplicates_and_order_by(tiny_bird, tmp_path, capsys):
     preds = tmp_path / "preds.json"
     preds.write_text(json.dumps({
         "0": "SELECT name FROM item WHERE kind = 'fruit' ORDER BY name DESC",  # right: gold has no ORDER BY
-        "1": "SELECT kind FROM item",  # wrong: gold is DISTINCT, and duplicates count
+        "1": "SELECT kind FROM item",  # right: DISTINCT is removed from the gold; wrong with --keep-distinct
         "2": "SELECT name FROM item ORDER BY price DESC",  # wrong: gold orders by price ascending
     }))
-    code, out, _ = _score(capsys, "--dataset", "spider", "--questions", tmp_path / "spider.json",
-                          "--db-root", tiny_bird / "dev_databases", "--predictions", preds, "--json")
+    args = ("--dataset", "spider", "--questions", tmp_path / "spider.json", "--db-root", tiny_bird / "dev_databases",
+            "--predictions", preds, "--json")
+    code, out, _ = _score(capsys, *args)
+    assert code == 0 and json.loads(out) == {"overall": 66.67, "counts": {"overall": 3}}
+    code, out, _ = _score(capsys, *args, "--keep-distinct")
     assert code == 0 and json.loads(out) == {"overall": 33.33, "counts": {"overall": 3}}
 
 
