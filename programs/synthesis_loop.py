@@ -187,7 +187,8 @@ class SynthesisLoop(dspy.Module):
     def _extra_samples(self, inputs: dict[str, Any], pool: CandidatePool, context: Any, retrieval_score: float | None,
                        trace: Trace) -> None:
         """``n_candidates - 1`` more samples of the first prompt: they share its prefix, so they cost
-        little more than their completion tokens. Each is compiled and, if it compiles, joins the pool."""
+        little more than their completion tokens. Each is compiled (after the schema-grounded rewrites,
+        which need no LM call) and, if it compiles, joins the pool."""
         s = self.settings
         for k in range(1, s.n_candidates):
             pool.samples += 1
@@ -206,6 +207,10 @@ class SynthesisLoop(dspy.Module):
             pool.remember(sql)
             candidate = Candidate(sql=sql, round=0, context=context, retrieval_score=retrieval_score)
             error = compile_error(self.handles.engine, sql)
+            # The schema's own fixes cost no LM call; an extra sample gets no LM repair.
+            if error is not None and self._schema_repair(candidate, error, trace, 0, k) is None:
+                error = compile_error(self.handles.engine, candidate.sql)
+                step.rewrite = {"sql": candidate.sql}
             candidate.compiles, candidate.compile_error = error is None, error
             step.feedback = error
             pool.add(candidate)

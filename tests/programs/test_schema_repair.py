@@ -289,3 +289,15 @@ def test_what_the_rules_leave_alone(engine):
     out = repair(sql, engine.check(sql), schema, Base(), "sqlite")
     assert out.rewrites == ["T1.power_id -> T2.power_id"] and engine.check(out.sql) is None
     assert repair(sql, "x", schema, Base(**OFF), "sqlite") is None
+
+
+def test_an_extra_sample_on_the_wrong_alias_is_requalified_and_joins_the_pool(run, helpers):
+    alias_only = WRONG_ALIAS.replace("WHERE T1.superhero_name = '3-D Man'", "WHERE T1.id = 1")
+    script = helpers.Script(GenerateSQL=[{"sql": POWERS}, {"sql": alias_only}])
+    pred, lm = run(script, Settings(n_candidates=2, selection="vote"), question=QUESTION)
+    assert "RepairSQL" not in helpers.calls_by_signature(lm)
+    (sample,) = steps(pred, "synthesis.sample")
+    assert sample["decision"] == "compiles: added to the pool"
+    assert sample["rewrite"]["sql"] == alias_only.replace("T1.power_name", "T3.power_name")
+    (selection,) = steps(pred, "selection")
+    assert selection["scores"]["pool"] == 2
