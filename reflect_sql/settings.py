@@ -55,6 +55,8 @@ class Settings(BaseModel):
     # Schema-grounded repair (programs/schema_repair.py): deterministic, before any LM repair call.
     repair_requalify: bool = Field(True, description="Move a column qualified with a table or alias that lacks it "
                                    "onto the one table of the query that has it, and compile again, without an LM call.")
+    repair_add_joins: bool = Field(True, description="For a column only one table outside the query has, reached by "
+                                   "one chain of single foreign keys: join that chain in and qualify the column, without an LM call.")
     repair_pull_tables: bool = Field(True, description="For a column only a table outside the query has: name that "
                                      "table and its FK join path to the repairer, and add it to the schema context.")
     repair_suggest_names: bool = Field(True, description="For an unknown table, or a column no table has: the closest "

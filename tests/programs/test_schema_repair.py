@@ -20,7 +20,7 @@ WRONG_VALUE = ("SELECT COUNT(*) FROM superhero AS T1 JOIN publisher AS T2 ON T1.
 MARVEL = ("SELECT COUNT(*) FROM superhero AS T1 JOIN publisher AS T2 ON T1.publisher_id = T2.id "
           "WHERE T2.publisher_name = 'Marvel Comics'")
 QUESTION = "What are the powers of 3-D Man?"
-OFF = dict(repair_requalify=False, repair_pull_tables=False, repair_suggest_names=False, repair_suggest_values=False)
+OFF = dict(repair_requalify=False, repair_add_joins=False, repair_pull_tables=False, repair_suggest_names=False, repair_suggest_values=False)
 
 
 def steps(pred, loop):
@@ -119,7 +119,7 @@ def test_requalify_off_leaves_the_fix_to_the_repairer_with_the_raw_error(run, he
 
 @pytest.mark.slow
 def test_a_column_of_a_table_outside_the_context_pulls_it_in_with_its_join_path(engine, kb_retriever, helpers):
-    settings = Settings(k_tables=1, m_columns=2)
+    settings = Settings(k_tables=1, m_columns=2, repair_add_joins=False)
     script = helpers.Script(GenerateSQL=[{"sql": MISSING_TABLE}, {"sql": POWERS}],
                             RepairSQL={"repaired_sql": MISSING_TABLE})  # the small model's habit: the same SQL back
     pred, lm = run_on(engine, kb_retriever, script, settings)
@@ -141,7 +141,7 @@ def test_a_column_of_a_table_outside_the_context_pulls_it_in_with_its_join_path(
 
 def test_pull_tables_off_gives_the_repairer_the_raw_error(run, helpers):
     script = helpers.Script(GenerateSQL={"sql": MISSING_TABLE}, RepairSQL={"repaired_sql": POWERS})
-    pred, lm = run(script, Settings(repair_pull_tables=False), question=QUESTION)
+    pred, lm = run(script, Settings(repair_pull_tables=False, repair_add_joins=False), question=QUESTION)
     (repair,) = helpers.inputs_of(lm, "RepairSQL")
     assert repair["error"] == "no such column: T1.power_name"
     assert pred.sql == POWERS
@@ -149,9 +149,62 @@ def test_pull_tables_off_gives_the_repairer_the_raw_error(run, helpers):
 
 def test_pull_tables_names_the_join_path_without_a_kb(run, helpers):
     script = helpers.Script(GenerateSQL={"sql": MISSING_TABLE}, RepairSQL={"repaired_sql": POWERS})
-    pred, lm = run(script, Settings(), question=QUESTION)
+    pred, lm = run(script, Settings(repair_add_joins=False), question=QUESTION)
     (repair,) = helpers.inputs_of(lm, "RepairSQL")
     assert "Join superpower through superhero -> hero_power -> superpower" in repair["error"]
+
+
+# --- rule 2a: join in a table the query lacks ------------------------------------------------------
+
+def test_a_column_of_a_table_outside_the_query_is_joined_in_without_an_lm_call(run, engine, helpers):
+    pred, lm = run(helpers.Script(GenerateSQL={"sql": MISSING_TABLE}), Settings(), question=QUESTION)
+    assert "RepairSQL" not in helpers.calls_by_signature(lm)
+    assert "INNER JOIN hero_power AS hero_power ON hero_power.hero_id = T1.id" in pred.sql
+    assert "INNER JOIN superpower AS superpower ON hero_power.power_id = superpower.id" in pred.sql
+    assert pred.sql.startswith("SELECT superpower.power_name FROM superhero AS T1") and engine.check(pred.sql) is None
+    assert {tuple(r) for r in pred.rows} == {("Agility",), ("Super Strength",), ("Stamina",), ("Super Speed",)}
+    (step,) = steps(pred, "synthesis.schema_repair")
+    assert step["rewrite"]["changes"] == ["joined superhero -> hero_power -> superpower",
+                                          "T1.power_name -> superpower.power_name"]
+    assert step["inputs"]["pulled_tables"] == ["superpower"]
+
+
+def test_a_column_written_on_a_query_table_is_joined_from_that_table(tmp_path):
+    """oi.category_id: order_items lacks it, menu_items has it. Joined from categories (the first table
+    by name) order_items would stay unjoined; joined from oi's own table the query is right."""
+    import sqlite3
+
+    from reflect_sql.db import open_engine
+    from reflect_sql.programs import schema_repair
+
+    path = tmp_path / "menu.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript("""
+            CREATE TABLE categories (id INTEGER PRIMARY KEY, name TEXT);
+            CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER REFERENCES categories(id));
+            CREATE TABLE order_items (id INTEGER PRIMARY KEY, menu_item_id INTEGER REFERENCES menu_items(id), qty INTEGER);
+            INSERT INTO categories VALUES (1, 'mains'), (2, 'desserts');
+            INSERT INTO menu_items VALUES (10, 1), (20, 2);
+            INSERT INTO order_items VALUES (1, 10, 2), (2, 20, 5), (3, 10, 1);
+        """)
+    sql = ("SELECT c.name, SUM(oi.qty) FROM categories AS c JOIN order_items AS oi ON c.id = oi.category_id "
+           "GROUP BY c.name ORDER BY c.name")
+    with open_engine(str(path), Settings()) as engine:
+        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        assert outcome.rewrites == ["joined order_items -> menu_items", "oi.category_id -> menu_items.category_id"]
+        assert "INNER JOIN menu_items AS menu_items ON oi.menu_item_id = menu_items.id" in outcome.sql
+        assert engine.execute(outcome.sql).rows == [("desserts", 5), ("mains", 3)]
+
+
+def test_a_join_with_two_possible_links_is_explained_not_guessed(run, helpers):
+    sql = "SELECT s.superhero_name FROM superhero AS s WHERE s.colour = 'Blue'"  # eye, hair or skin colour?
+    fixed = ("SELECT s.superhero_name FROM superhero AS s JOIN colour AS c ON s.eye_colour_id = c.id "
+             "WHERE c.colour = 'Blue'")
+    pred, lm = run(helpers.Script(GenerateSQL={"sql": sql}, RepairSQL={"repaired_sql": fixed}), Settings(),
+                   question="Which heroes have blue eyes?")
+    (repair,) = helpers.inputs_of(lm, "RepairSQL")
+    assert "table colour has it" in repair["error"] and "superhero.eye_colour_id" in repair["error"]
+    assert pred.sql == fixed
 
 
 # --- rule 3: closest names -----------------------------------------------------------------------
