@@ -109,8 +109,10 @@ class Settings(BaseModel):
     lm_record_dir: Path | None = Field(None, description="Record every LM call (request hash -> response) into this cassette dir.")
     lm_replay_dir: Path | None = Field(None, description="Serve LM calls only from this cassette dir; a missing call is an error.")
     json_adapter_fallback: bool = Field(True, description="Retry an unparsable ChatAdapter reply with JSONAdapter (one more LM call).")
+    # dspy by default: measured with the 0.5B (experiments/results/pipeline_speed.md), the shared head
+    # computed no fewer prompt tokens per call and broke ChatAdapter's format more often.
     prompt_layout: Literal["shared_head", "dspy"] = Field(
-        "shared_head", description="shared_head: every call for a question opens with the same question, evidence and "
+        "dspy", description="shared_head: every call for a question opens with the same question, evidence and "
         "schema context, so the embedded engine's prefix cache serves them; dspy: DSPy's layout, instructions first.")
 
     # --- Query execution ---

@@ -76,8 +76,8 @@ def test_head_round_trips_and_other_text_has_none():
 
 
 def test_settings_pick_the_layout_and_the_retry_adapter_keeps_it():
-    assert isinstance(make_adapter(Settings()), SharedHeadChatAdapter)
-    plain = make_adapter(Settings(prompt_layout="dspy"))
+    assert isinstance(make_adapter(Settings(prompt_layout="shared_head")), SharedHeadChatAdapter)
+    plain = make_adapter(Settings())
     assert type(plain) is CountingChatAdapter
     assert isinstance(other_adapter(SharedHeadChatAdapter()), SharedHeadJSONAdapter)
     assert isinstance(other_adapter(SharedHeadJSONAdapter()), SharedHeadChatAdapter)
