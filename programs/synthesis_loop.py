@@ -172,17 +172,21 @@ class SynthesisLoop(dspy.Module):
                 return out
             out.repeats += 1
         for _ in range(s.max_resamples):
-            pool.samples += 1
             out.samples += 1
-            config = {"temperature": s.resample_temperature, "rollout_id": pool.samples, "seed": pool.samples}
-            out.take(call_predictor(self.generator, "synthesis.generator", self.handles.generator_lm,
-                                    config=config, **inputs))
+            out.take(self._sample(inputs, pool))
             if out.sql and pool.is_new(out.sql):
                 out.fresh = True
                 break
             out.repeats += bool(out.sql)
         pool.repeats += out.repeats
         return out
+
+    def _sample(self, inputs: dict[str, Any], pool: CandidatePool):
+        """One sampled generation: its own rollout id, which is also its seed, so a rerun draws the
+        same sample and the cache and cassettes keep each sample apart."""
+        pool.samples += 1
+        config = {"temperature": self.settings.resample_temperature, "rollout_id": pool.samples, "seed": pool.samples}
+        return call_predictor(self.generator, "synthesis.generator", self.handles.generator_lm, config=config, **inputs)
 
     def _extra_samples(self, inputs: dict[str, Any], pool: CandidatePool, context: Any, retrieval_score: float | None,
                        trace: Trace) -> None:
@@ -191,9 +195,7 @@ class SynthesisLoop(dspy.Module):
         which need no LM call) and, if it compiles, joins the pool."""
         s = self.settings
         for k in range(1, s.n_candidates):
-            pool.samples += 1
-            config = {"temperature": s.resample_temperature, "rollout_id": pool.samples, "seed": pool.samples}
-            call = call_predictor(self.generator, "synthesis.generator", self.handles.generator_lm, config=config, **inputs)
+            call = self._sample(inputs, pool)
             sql = clean_sql(call.output.sql) if call.output is not None else ""
             step = trace.add(TraceStep("synthesis.sample", 0, k, cost=call.cost, rewrite={"sql": sql} if sql else None))
             if not sql:
