@@ -26,6 +26,7 @@ from dspy.lm15 import (
     Usage,
     response_to_events,
 )
+from dspy._vendor.lm15.providers.common import openai_token_logprobs
 
 from reflect_sql.lm.models import DEFAULT_MODEL, ensure_model, get_model
 from reflect_sql.lm.threaded import ThreadedAsyncEngine
@@ -121,6 +122,11 @@ def to_chat_body(request: Request, *, timeout_s: float | None = None) -> dict:
         body["stop"] = list(cfg.stop)
     if (fmt := _response_format(cfg.response_format)) is not None:
         body["response_format"] = fmt
+    if cfg.logprobs is not None:
+        # Config.logprobs is the number of alternatives per position (0: the chosen tokens only).
+        body["logprobs"] = True
+        if cfg.logprobs > 0:
+            body["top_logprobs"] = cfg.logprobs
     if timeout_s is not None:
         # llama.cpp stops generating after this long (once a newline was produced). Only generation
         # is bounded: a call into the server cannot be interrupted, and prompt processing is not
@@ -149,6 +155,7 @@ def from_chat_reply(reply: dict, model: str) -> Response:
     usage = reply.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     reason = choice.get("finish_reason") or "stop"
+    token_logprobs = openai_token_logprobs((choice.get("logprobs") or {}).get("content"))
     return Response(
         id=reply.get("id"),
         model=model,
@@ -161,6 +168,7 @@ def from_chat_reply(reply: dict, model: str) -> Response:
             cache_read_tokens=cached,
         ),
         provider_data={"timings": reply.get("timings", {})},
+        logprobs=token_logprobs or None,
     )
 
 
@@ -180,7 +188,8 @@ class LocalEngine:
     supports_response_schema = True
     supports_function_calling = False
     supports_reasoning = False
-    supported_params = frozenset({"temperature", "max_tokens", "stop", "response_format", "top_p", "top_k", "seed"})
+    supported_params = frozenset({"temperature", "max_tokens", "stop", "response_format", "top_p", "top_k", "seed",
+                                  "logprobs", "top_logprobs"})
 
     def __init__(
         self,

@@ -24,7 +24,9 @@ A script is one of:
         ScriptedLM(lambda name, inputs: {"answer": inputs["question"].upper()})
 
 A string instead of a field dict is sent verbatim (e.g. to test unparsable replies). Field values
-that are not strings are written as JSON. ChainOfThought's ``reasoning`` field is filled in when a
+that are not strings are written as JSON. A score given as ``Probabilities({4: 0.6, 2: 0.4})`` is
+written as its most probable value; when the request asks for token log-probabilities, the reply's
+tokens carry them, with that field's digits as the alternatives at its position. ChainOfThought's ``reasoning`` field is filled in when a
 reply leaves it out. Every call reports usage (whitespace-separated words of
 the prompt and of the reply as tokens), and ``lm.calls`` lists ``(signature_name, inputs)``.
 
@@ -39,7 +41,9 @@ import re
 import threading
 from typing import Any, Callable, Union
 
-from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
+import math
+
+from dspy.lm15 import Message, Request, Response, TextPart, TokenLogprob, TopLogprob, Usage, response_to_events
 
 from reflect_sql.lm.accounting import current_predictor
 from reflect_sql.lm.adapters import parse_head
@@ -56,7 +60,39 @@ class ScriptError(AssertionError):
     """The script has no answer for a call, or an answer that does not fit the signature."""
 
 
+class Probabilities(dict):
+    """A scripted score field: value -> probability of the token the model would write for it."""
+
+    def written(self) -> int:
+        return max(self, key=self.__getitem__)
+
+
+def _token_logprobs(text: str, reply: Reply) -> tuple[TokenLogprob, ...]:
+    """The reply as tokens: each Probabilities field's written value is one token with its
+    alternatives, and the text between them one token of probability 1."""
+    spots = []
+    if isinstance(reply, dict):
+        for name, value in reply.items():
+            if isinstance(value, Probabilities):
+                found = re.search(r"(\[\[ ## " + re.escape(name) + r" ## \]\]\n|\"" + re.escape(name) + r"\": )", text)
+                if found:
+                    spots.append((found.end(), value))
+    tokens, at = [], 0
+    for start, value in sorted(spots, key=lambda spot: spot[0]):
+        if start > at:
+            tokens.append(TokenLogprob(token=text[at:start], logprob=0.0))
+        digits = str(value.written())
+        top = tuple(TopLogprob(token=str(v), logprob=math.log(p)) for v, p in value.items() if p > 0)
+        tokens.append(TokenLogprob(token=digits, logprob=math.log(value[value.written()]), top=top))
+        at = start + len(digits)
+    if at < len(text):
+        tokens.append(TokenLogprob(token=text[at:], logprob=0.0))
+    return tuple(tokens)
+
+
 def _text(value: Any) -> str:
+    if isinstance(value, Probabilities):
+        return str(value.written())
     if isinstance(value, str):
         return value
     if hasattr(value, "model_dump"):
@@ -83,13 +119,14 @@ def _output_fields() -> list[str] | None:
 
 class ScriptedEngine:
     supports_response_schema = False
-    supported_params = frozenset({"temperature", "max_tokens", "stop", "response_format"})
+    supported_params = frozenset({"temperature", "max_tokens", "stop", "response_format", "logprobs", "top_logprobs"})
 
     def __init__(self, script: Script):
         if not (callable(script) or isinstance(script, (list, dict))):
             raise TypeError("a script is a list of field dicts, a dict keyed by signature name, or a callable")
         self.script = script
         self.calls: list[tuple[str, dict]] = []
+        self.logprobs_asked: list[int | None] = []  # per call: the alternatives asked for, None when not asked
         self._lock = threading.Lock()
         self._position = 0
         self._per_signature: dict[str, int] = {}
@@ -122,7 +159,8 @@ class ScriptedEngine:
             if missing:
                 raise ScriptError(f"scripted reply {reply!r} lacks output field(s) {missing}")
         if json_wanted:
-            return json.dumps({k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in reply.items()},
+            return json.dumps({k: (v.model_dump() if hasattr(v, "model_dump") else
+                                   v.written() if isinstance(v, Probabilities) else v) for k, v in reply.items()},
                               ensure_ascii=False)
         sections = [f"[[ ## {k} ## ]]\n{_text(v)}" for k, v in reply.items()]
         return "\n\n".join(sections + ["[[ ## completed ## ]]"])
@@ -136,6 +174,7 @@ class ScriptedEngine:
         json_wanted = bool(request.config.response_format) or "JSON object" in last_user
         with self._lock:
             self.calls.append((name, inputs))
+            self.logprobs_asked.append(request.config.logprobs)
             # A callable script runs outside the lock: it may be slow or call other LMs.
             reply = None if callable(self.script) else self._next(name, inputs)
         if reply is None:
@@ -150,6 +189,7 @@ class ScriptedEngine:
             finish_reason="stop",
             usage=Usage(input_tokens=prompt_words, output_tokens=completion_words,
                         total_tokens=prompt_words + completion_words),
+            logprobs=_token_logprobs(text, reply) if request.config.logprobs is not None else None,
         )
 
     def stream(self, request: Request):

@@ -34,6 +34,7 @@ from reflect_sql.errors import UserError
 from reflect_sql.experiments.calibration import auc
 from reflect_sql.optimize import labelled
 from reflect_sql.programs.entailment_loop import entailment_score
+from reflect_sql.programs.expected_score import expected_scores
 from reflect_sql.programs.invoke import make_predictor
 from reflect_sql.programs.judgment import RUBRICS
 from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
@@ -152,6 +153,10 @@ class Judged:
     all_bottom: bool
     seconds: float
     raw: dict[str, Any]
+    # Under ``judge_scores: expected``: the same reply's scores as expected values over the digits'
+    # probabilities (None when the reply's tokens do not locate every score, or the form is words).
+    expected_values: dict[str, float] | None = None
+    expected_score: float | None = None
 
 
 def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, lm: dspy.BaseLM) -> Judged:
@@ -163,19 +168,24 @@ def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, l
     started = time.perf_counter()
     raw: dict[str, Any] = {}
     values: dict[str, float] | None = None
+    expected: dict[str, float] | None = None
+    probabilities = settings.judge_scores == "expected" and form != "words"
     try:
         with dspy.context(lm=lm):
-            out = make_predictor(signature, budget)(**example.inputs())
+            out = make_predictor(signature, budget, token_probabilities=probabilities)(**example.inputs())
         raw = {k: out[k] for k in signature.output_fields}
         mapped = {name: value(name, raw.get(name)) for name in rubric.scores}
         values = None if any(v is None for v in mapped.values()) else mapped  # type: ignore[assignment]
+        if probabilities and values is not None and out.get("logprobs"):
+            expected = expected_scores(out["logprobs"], rubric.scores)
     except Exception as exc:  # noqa: BLE001 - an unparsable reply is a measured outcome, not a crash
         raw = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
     seconds = time.perf_counter() - started
     bottom = values is not None and all(values[n] == s.low for n, s in rubric.scores.items())
     return Judged(case.question.key, case.kind, case.correct, form, judge, values,
                   combined(judge, values, settings) if values is not None else None, bottom, seconds,
-                  {k: (v if isinstance(v, (str, int, float, bool)) or v is None else str(v)) for k, v in raw.items()})
+                  {k: (v if isinstance(v, (str, int, float, bool)) or v is None else str(v)) for k, v in raw.items()},
+                  expected, combined(judge, expected, settings) if expected is not None else None)
 
 
 def summarize(rows: list[Judged], settings: Settings) -> list[dict[str, Any]]:
@@ -186,23 +196,27 @@ def summarize(rows: list[Judged], settings: Settings) -> list[dict[str, Any]]:
             mine = [r for r in rows if r.judge == judge and r.form == form]
             if not mine:
                 continue
-            parsed = [r for r in mine if r.score is not None]
-            right = [r.score for r in parsed if r.correct]
-            wrong = [r.score for r in parsed if not r.correct]
-            out.append({
-                "judge": judge, "form": form, "n": len(mine), "unusable": len(mine) - len(parsed),
-                "auc": None if (a := auc([r.score for r in parsed], [r.correct for r in parsed])) is None else round(a, 3),
-                "agreement": round(sum((r.score >= threshold) == r.correct for r in parsed) / len(mine), 3),
-                "all_bottom": round(sum(r.all_bottom for r in mine) / len(mine), 3),
-                "mean_right": round(sum(right) / len(right), 2) if right else None,
-                "mean_wrong": round(sum(wrong) / len(wrong), 2) if wrong else None,
-                "seconds_per_reply": round(sum(r.seconds for r in mine) / len(mine), 1),
-            })
+            readings = [("stated", lambda r: r.score)]
+            if any(r.expected_score is not None for r in mine):
+                readings.append(("expected", lambda r: r.expected_score))
+            for scores, score_of in readings:
+                parsed = [(score_of(r), r.correct) for r in mine if score_of(r) is not None]
+                right = [s for s, correct in parsed if correct]
+                wrong = [s for s, correct in parsed if not correct]
+                out.append({
+                    "judge": judge, "form": form, "scores": scores, "n": len(mine), "unusable": len(mine) - len(parsed),
+                    "auc": None if (a := auc([s for s, _ in parsed], [c for _, c in parsed])) is None else round(a, 3),
+                    "agreement": round(sum((s >= threshold) == c for s, c in parsed) / len(mine), 3),
+                    "all_bottom": round(sum(r.all_bottom for r in mine) / len(mine), 3),
+                    "mean_right": round(sum(right) / len(right), 2) if right else None,
+                    "mean_wrong": round(sum(wrong) / len(wrong), 2) if wrong else None,
+                    "seconds_per_reply": round(sum(r.seconds for r in mine) / len(mine), 1),
+                })
     return out
 
 
 def markdown(summary: list[dict[str, Any]], header: str) -> str:
-    cols = ("judge", "form", "n", "unusable", "auc", "agreement", "all_bottom", "mean_right", "mean_wrong",
+    cols = ("judge", "form", "scores", "n", "unusable", "auc", "agreement", "all_bottom", "mean_right", "mean_wrong",
             "seconds_per_reply")
     lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in summary:

@@ -65,7 +65,8 @@ class EntailmentLoop(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = handles
-        self.judge = make_predictor(EntailmentJudge, settings.entailment_judge_max_tokens)
+        self.judge = make_predictor(EntailmentJudge, settings.entailment_judge_max_tokens,
+                                    token_probabilities=settings.judge_scores == "expected")
 
     def forward(self, question: str, evidence: str, candidate: Candidate, trace: Trace, round: int) -> str:
         """Fill the candidate's result, findings and E; returns the feedback for the next round ("" if it passed)."""

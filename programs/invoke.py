@@ -15,7 +15,8 @@ import dspy
 from reflect_sql.lm.accounting import CostMeter, lm_scope
 from reflect_sql.lm.adapters import other_adapter
 from reflect_sql.lm.failures import LMFailure, lm_failures
-from reflect_sql.programs.judgment import checker
+from reflect_sql.programs.expected_score import TOP_LOGPROBS, expected_scores
+from reflect_sql.programs.judgment import RUBRICS, checker
 
 COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds")
 
@@ -37,9 +38,27 @@ class Call:
 END_OF_REPLY = "[[ ## completed ## ]]"
 
 
-def make_predictor(signature: type[dspy.Signature], max_tokens: int) -> dspy.Predict:
-    """A predictor whose replies stop at the end of their last field and within their role's budget."""
-    return dspy.Predict(signature, max_tokens=max_tokens, stop=[END_OF_REPLY])
+def make_predictor(signature: type[dspy.Signature], max_tokens: int, *, token_probabilities: bool = False) -> dspy.Predict:
+    """A predictor whose replies stop at the end of their last field and within their role's budget.
+
+    With ``token_probabilities`` (a judge under ``judge_scores: expected``) each reply carries its
+    tokens' log-probabilities, from which ``call_predictor`` takes the expected scores."""
+    extra = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if token_probabilities else {}
+    return dspy.Predict(signature, max_tokens=max_tokens, stop=[END_OF_REPLY], **extra)
+
+
+def with_expected_scores(output: dspy.Prediction, signature_name: str) -> dspy.Prediction:
+    """The reply with each score replaced by its expected value when the reply carries token
+    log-probabilities that locate every score; the written integers stay in ``stated_scores``."""
+    rubric = RUBRICS.get(signature_name)
+    logprobs = output.get("logprobs") if rubric is not None else None
+    expected = expected_scores(logprobs, rubric.scores) if logprobs else None
+    if expected is None:
+        return output
+    output["stated_scores"] = {name: output[name] for name in rubric.scores}
+    for name, value in expected.items():
+        output[name] = value
+    return output
 
 
 def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = None, **inputs: Any) -> Call:
@@ -49,7 +68,8 @@ def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = 
     """
     meter = CostMeter(scope)
     overrides = {"lm": lm} if lm is not None else {}
-    check = checker(getattr(getattr(predictor, "signature", None), "__name__", ""))
+    signature_name = getattr(getattr(predictor, "signature", None), "__name__", "")
+    check = checker(signature_name)
     retried = None
     try:
         with meter, lm_scope(scope), dspy.context(**overrides), lm_failures():
@@ -66,4 +86,4 @@ def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = 
         if failure.fatal:
             raise
         return Call(None, f"{failure.kind}: {failure.message}", cost_of(meter), retried)
-    return Call(output, None, cost_of(meter), retried)
+    return Call(with_expected_scores(output, signature_name), None, cost_of(meter), retried)

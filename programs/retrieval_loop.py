@@ -43,7 +43,8 @@ class RetrievalLoop(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = handles
-        self.judge = make_predictor(RetrievalJudge, settings.retrieval_judge_max_tokens)
+        self.judge = make_predictor(RetrievalJudge, settings.retrieval_judge_max_tokens,
+                                    token_probabilities=settings.judge_scores == "expected")
 
     def forward(self, question: str, evidence: str, state: RetrievalState, diagnosis: str, trace: Trace, round: int) -> RetrievalOutcome:
         s = self.settings

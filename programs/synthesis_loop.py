@@ -85,7 +85,8 @@ class SynthesisLoop(dspy.Module):
         self.handles = handles
         self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
         self.repairer = make_predictor(RepairSQL, settings.repairer_max_tokens)
-        self.judge = make_predictor(SemanticJudge, settings.semantic_judge_max_tokens)
+        self.judge = make_predictor(SemanticJudge, settings.semantic_judge_max_tokens,
+                                    token_probabilities=settings.judge_scores == "expected")
 
     def forward(self, question: str, evidence: str, context: Any, retrieval_score: float | None,
                 feedback: str, trace: Trace, round: int, pool: CandidatePool | None = None) -> Candidate | None:

@@ -101,6 +101,10 @@ class Settings(BaseModel):
     retrieval_judge_max_tokens: int = Field(256, ge=16, description="Completion budget of the retrieval judge.")
     semantic_judge_max_tokens: int = Field(256, ge=16, description="Completion budget of the semantic judge.")
     entailment_judge_max_tokens: int = Field(192, ge=16, description="Completion budget of the entailment judge.")
+    judge_scores: Literal["stated", "expected"] = Field(
+        "stated", description="stated: the integers a judge writes; expected: each score's expected value over the "
+        "probabilities the model gave its digits (G-Eval style, read from the reply's token log-probabilities; needs an "
+        "LM that returns them, such as the embedded one).")
     lm_timeout_s: float = Field(120.0, gt=0)
     lm_retries: int = Field(2, ge=0)
     lm_context_tokens: int = Field(4096, ge=512, description="Context size of the embedded LM.")

@@ -131,6 +131,19 @@ def test_reply_translation_and_errors():
         from_chat_reply({"error": {"code": 400, "message": "Field 'max_tokens': type must be number"}}, "local/x")
 
 
+def test_token_logprobs_are_asked_for_and_handed_back():
+    body = to_chat_body(_request(max_tokens=8, logprobs=10))
+    assert body["logprobs"] is True and body["top_logprobs"] == 10
+    assert "logprobs" not in to_chat_body(_request(max_tokens=8)) and "top_logprobs" not in to_chat_body(_request(logprobs=0))
+    reply = {"choices": [{"finish_reason": "stop", "message": {"content": "7"}, "logprobs": {"content": [
+        {"id": 22, "token": "7", "bytes": [55], "logprob": -0.1,
+         "top_logprobs": [{"id": 22, "token": "7", "bytes": [55], "logprob": -0.1},
+                          {"id": 23, "token": "8", "bytes": [56], "logprob": -2.4}]}]}}], "usage": {}}
+    (token,) = from_chat_reply(reply, "local/x").logprobs
+    assert token.token == "7" and token.logprob == -0.1 and [t.token for t in token.top] == ["7", "8"]
+    assert from_chat_reply({"choices": [{"message": {"content": "x"}}]}, "local/x").logprobs is None
+
+
 def test_engine_state_round_trips_for_saved_programs(tmp_path):
     engine = LocalEngine("qwen2.5-coder-0.5b", model_dir=tmp_path, n_ctx=1024, threads=1, timeout_s=9)
     again = LocalEngine.load_state(engine.dump_state())

@@ -76,6 +76,28 @@ def test_off_scale_and_unparsable_replies_are_counted_as_unusable():
     assert row["all_bottom"] == round(1 / 3, 3) and row["agreement"] == round(2 / 3, 3)
 
 
+def test_expected_scores_are_read_from_the_same_replies_and_ranked_apart():
+    from reflect_sql.lm.scripted import Probabilities, ScriptedLM
+    from reflect_sql.settings import Settings
+
+    # Both replies write 5/4: stated scores tie, the digits' probabilities do not.
+    sure = {"e_schema": Probabilities({5: 1.0}), "e_data": Probabilities({4: 0.9, 5: 0.1}), "diagnosis": "none"}
+    unsure = {"e_schema": Probabilities({5: 0.6, 2: 0.4}), "e_data": Probabilities({4: 0.5, 1: 0.5}), "diagnosis": "none"}
+    settings = Settings(judge_scores="expected")
+    rows = [judge_case(_case(True), "entailment", "int", settings, ScriptedLM([sure])),
+            judge_case(_case(False), "entailment", "int", settings, ScriptedLM([unsure]))]
+    assert rows[0].score == rows[1].score
+    assert rows[0].expected_values == {"e_schema": 5.0, "e_data": 4.1}
+    assert rows[1].expected_values == {"e_schema": 3.8, "e_data": 2.5}
+    stated, expected = summarize(rows, settings)
+    assert (stated["scores"], stated["auc"]) == ("stated", 0.5)
+    assert (expected["scores"], expected["auc"]) == ("expected", 1.0)
+    # Without the setting no probabilities are asked for, and only the stated reading is reported.
+    lm = ScriptedLM([sure])
+    assert judge_case(_case(True), "entailment", "int", Settings(), lm).expected_values is None
+    assert lm.engine_impl.logprobs_asked == [None]
+
+
 def test_the_command_judges_every_case_in_every_form_and_resumes(tiny_dataset, write_config, tmp_path):
     from reflect_sql.lm.scripted import ScriptedLM
     from reflect_sql.optimize.judge_scale import run
