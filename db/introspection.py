@@ -1,7 +1,7 @@
 """The engine-independent half of ``introspect()``: row counts, sample values, tables.json keys.
 
 Each engine reads its own catalogue (tables, columns, keys) and hands over a ``run`` callable that
-executes SQL built here on its read-only connection, and a ``quote`` for identifiers.
+executes SQL built here on its read-only connection; names are quoted for the schema's dialect.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from reflect_sql.db import tables_json as tj
 from reflect_sql.db.base import EngineError
+from reflect_sql.db.identifiers import quote_identifier
 from reflect_sql.db.schema import Schema
 from reflect_sql.db.values import sample_value
 from reflect_sql.errors import UserError
@@ -20,9 +21,9 @@ SAMPLE_SCAN_ROWS = 10_000
 Run = Callable[[str], list[tuple[Any, ...]]]
 
 
-def sample_sql(quote: Callable[[str], str], table: str, column: str, n: int) -> str:
+def sample_sql(dialect: str, table: str, column: str, n: int) -> str:
     """First ``n`` distinct non-null values in scan order; the same SQL runs on SQLite and PostgreSQL."""
-    col, tab = quote(column), quote(table)
+    col, tab = quote_identifier(column, dialect), quote_identifier(table, dialect)
     return (
         f"SELECT v FROM (SELECT v, row_number() OVER () AS rn FROM "
         f"(SELECT {col} AS v FROM {tab} WHERE {col} IS NOT NULL LIMIT {SAMPLE_SCAN_ROWS}) AS scanned) AS numbered "
@@ -33,21 +34,20 @@ def sample_sql(quote: Callable[[str], str], table: str, column: str, n: int) -> 
 def finish(
     schema: Schema,
     run: Run,
-    quote: Callable[[str], str],
     samples_per_column: int,
     tables_json: str | Path | None = None,
     db_id: str | None = None,
 ) -> Schema:
     for table in schema.tables:
         try:
-            table.row_count = int(run(f"SELECT count(*) FROM {quote(table.name)}")[0][0])
+            table.row_count = int(run(f"SELECT count(*) FROM {quote_identifier(table.name, schema.dialect)}")[0][0])
         except EngineError:
             table.row_count = None  # a timeout on a huge table should not fail introspection
         if samples_per_column <= 0:
             continue
         for column in table.columns:
             try:
-                rows = run(sample_sql(quote, table.name, column.name, samples_per_column))
+                rows = run(sample_sql(schema.dialect, table.name, column.name, samples_per_column))
             except EngineError:
                 continue  # e.g. a type with no equality operator (PostgreSQL json)
             values = [sample_value(r[0]) for r in rows]

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from reflect_sql.db.base import ConnectionFailed
+from reflect_sql.db.identifiers import quote_identifier
 from reflect_sql.db.postgres import redact, split_schema
 
 # sqlite typeof() values each PostgreSQL type accepts.
@@ -62,10 +63,6 @@ def schema_url(pg_url: str, schema: str) -> str:
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
     query.append(("schema", schema))
     return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-def _qi(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _to_text(value: Any) -> Any:
@@ -109,12 +106,12 @@ def _copy(src: sqlite3.Connection, dst: psycopg.Connection, schema: str, report:
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
         )
     ]
-    infos = {t: src.execute(f"PRAGMA table_info({_qi(t)})").fetchall() for t in tables}
+    infos = {t: src.execute(f"PRAGMA table_info({quote_identifier(t, 'sqlite')})").fetchall() for t in tables}
     for table in tables:
         types: dict[str, str] = {}
         for _cid, column, declared, *_ in infos[table]:
             pg_type = declared_to_pg(declared)
-            seen = {r[0] for r in src.execute(f"SELECT DISTINCT typeof({_qi(column)}) FROM {_qi(table)}")}
+            seen = {r[0] for r in src.execute(f"SELECT DISTINCT typeof({quote_identifier(column, 'sqlite')}) FROM {quote_identifier(table, 'sqlite')}")}
             types[column] = pg_type if seen <= _FITS[pg_type] else "text"
         report.types[table] = types
         target = sql.Identifier(schema, table)
@@ -128,7 +125,7 @@ def _copy(src: sqlite3.Connection, dst: psycopg.Connection, schema: str, report:
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in types)
         count = 0
         with dst.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(target, columns)) as copy:
-            for row in src.execute(f"SELECT * FROM {_qi(table)}"):
+            for row in src.execute(f"SELECT * FROM {quote_identifier(table, 'sqlite')}"):
                 if text_columns:
                     row = list(row)
                     for i in text_columns:
@@ -145,7 +142,7 @@ def _copy(src: sqlite3.Connection, dst: psycopg.Connection, schema: str, report:
     by_lower = {t.lower(): t for t in tables}
     for table in tables:
         groups: dict[int, list[tuple]] = {}
-        for row in src.execute(f"PRAGMA foreign_key_list({_qi(table)})"):
+        for row in src.execute(f"PRAGMA foreign_key_list({quote_identifier(table, 'sqlite')})"):
             groups.setdefault(row[0], []).append(row)
         for parts in groups.values():
             parts.sort(key=lambda r: r[1])

@@ -82,10 +82,6 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
 _EXPLAIN = "EXPLAIN (FORMAT JSON) "
 
 
@@ -322,7 +318,6 @@ class PostgresEngine(Engine):
         return introspection.finish(
             schema,
             self._read,
-            quote,
             self.settings.sample_values_per_column,
             tables_json,
             db_id or schema_name,

@@ -27,6 +27,7 @@ from reflect_sql.db.base import (
     SQLSyntaxError,
 )
 from reflect_sql.db.guard import denied_function, guard_sql
+from reflect_sql.db.identifiers import quote_identifier
 from reflect_sql.db.schema import Column, ForeignKey, Schema, Table
 from reflect_sql.settings import Settings
 
@@ -46,10 +47,6 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None,
     if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _READ_PRAGMAS:
         return sqlite3.SQLITE_OK
     return sqlite3.SQLITE_DENY
-
-
-def quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 def _decode(raw: bytes) -> str:
@@ -218,20 +215,19 @@ class SQLiteEngine(Engine):
         tables: list[Table] = []
         raw_keys: list[tuple[str, list[tuple[int, int, str, str, str | None]]]] = []
         for name in names:
-            info = self._read(f"PRAGMA table_info({quote(name)})")
+            info = self._read(f"PRAGMA table_info({quote_identifier(name, self.dialect)})")
             # table_info's pk field is the column's 1-based position in the primary key, 0 if none.
             pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
             columns = [
                 Column(name=r[1], type=r[2] or "", nullable=not r[3], primary_key=bool(r[5])) for r in info
             ]
             tables.append(Table(name=name, columns=columns, primary_key=pk))
-            raw_keys.append((name, [(r[0], r[1], r[2], r[3], r[4]) for r in self._read(f"PRAGMA foreign_key_list({quote(name)})")]))
+            raw_keys.append((name, [(r[0], r[1], r[2], r[3], r[4]) for r in self._read(f"PRAGMA foreign_key_list({quote_identifier(name, self.dialect)})")]))
         schema = Schema(dialect=self.dialect, tables=tables)
         schema.foreign_keys = _declared_keys(schema, raw_keys)
         return introspection.finish(
             schema,
             self._read,
-            quote,
             self.settings.sample_values_per_column,
             tables_json,
             db_id or self.path.stem,

@@ -617,11 +617,15 @@ def accuracy_table(outcomes: Iterable[tuple[str | None, bool]], by_difficulty: b
 @lru_cache(maxsize=64)
 def sqlite_mapping(db_path: str) -> dict[str, dict[str, str]]:
     """``{table: {column: type}}`` of a SQLite file, read-only, for resolving gold queries."""
+    # Lazy: scoring alone never gets here, and must not load the db room (sqlglot, pydantic).
+    from reflect_sql.db.identifiers import quote_identifier
+
     conn = connect_read_only(db_path)
     try:
         tables = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%'")]
-        return {t: {row[1]: row[2] or "TEXT" for row in conn.execute('PRAGMA table_info("' + t.replace('"', '""') + '")')} for t in tables}
+        return {t: {row[1]: row[2] or "TEXT" for row in conn.execute(f"PRAGMA table_info({quote_identifier(t, 'sqlite')})")}
+                for t in tables}
     finally:
         conn.close()
 

@@ -126,14 +126,11 @@ def _carry_over(new: KnowledgeBase, old: KnowledgeBase) -> None:
             new.examples.append(example)
 
 
-def _quote(identifier: str) -> str:
-    # Double quotes delimit identifiers in both SQLite and PostgreSQL.
-    return '"' + identifier.replace('"', '""') + '"'
+def _distinct_sql(table: str, column: str, limit: int, dialect: str) -> str:
+    from reflect_sql.db.identifiers import quote_identifier  # lazy: see TYPE_CHECKING above
 
-
-def _distinct_sql(table: str, column: str, limit: int) -> str:
-    col = _quote(column)
-    return f"SELECT DISTINCT {col} FROM {_quote(table)} WHERE {col} IS NOT NULL LIMIT {int(limit)}"
+    col = quote_identifier(column, dialect)
+    return f"SELECT DISTINCT {col} FROM {quote_identifier(table, dialect)} WHERE {col} IS NOT NULL LIMIT {int(limit)}"
 
 
 def read_values(engine: Engine, kb: KnowledgeBase, warnings: list[str]) -> list[tuple[str, str, str]]:
@@ -145,7 +142,7 @@ def read_values(engine: Engine, kb: KnowledgeBase, warnings: list[str]) -> list[
             if not indexable_column(column.name, column.type, column.samples):
                 continue
             try:
-                result = engine.execute(_distinct_sql(table.name, column.name, MAX_DISTINCT_PER_COLUMN),
+                result = engine.execute(_distinct_sql(table.name, column.name, MAX_DISTINCT_PER_COLUMN, engine.dialect),
                                         max_rows=MAX_DISTINCT_PER_COLUMN)
             except EngineError as exc:
                 warnings.append(f"values of {table.name}.{column.name} not indexed: {exc.message}")

@@ -107,11 +107,6 @@ def path_links(foreign_keys: Iterable[Link], path: list[str]) -> list[list[Link]
     return [[fk for fk in keys if {fk.table, fk.ref_table} == {a, b}] for a, b in zip(path, path[1:])]
 
 
-def _quote_ident(name: str) -> str:
-    plain = name.replace("_", "a").isalnum() and not name[:1].isdigit()
-    return name if plain else '"' + name.replace('"', '""') + '"'
-
-
 def _literal(value: Any) -> str:
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
@@ -158,10 +153,13 @@ class SchemaContext:
         }
 
     def render(self) -> str:
+        # Lazy, like kb/build.py: the db room (and sqlglot with it) loads only when a schema is shown.
+        from reflect_sql.db.identifiers import quote_identifier
+
         lines = [f"-- Schema ({self.dialect}): retrieved tables and columns; column meanings and sample values as comments."]
         matched = {(v.table.lower(), v.column.lower()): v.value for v in self.values}
         for table in self.entries:
-            head = f"CREATE TABLE {_quote_ident(table.name)} ("
+            head = f"CREATE TABLE {quote_identifier(table.name, self.dialect, only_if_needed=True)} ("
             notes = []
             if table.description:
                 notes.append(_clip(table.description, DESCRIPTION_CHARS))
@@ -169,7 +167,7 @@ class SchemaContext:
                 notes.append(f"{len(table.columns)} of {table.total_columns} columns shown")
             lines.append(head + (f" -- {'; '.join(notes)}" if notes else ""))
             for i, col in enumerate(table.columns):
-                decl = f"  {_quote_ident(col.name)} {col.type or 'TEXT'}"
+                decl = f"  {quote_identifier(col.name, self.dialect, only_if_needed=True)} {col.type or 'TEXT'}"
                 if col.primary_key:
                     decl += " PRIMARY KEY"
                 if col.references:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from reflect_sql.db.identifiers import quote_identifier
 from reflect_sql.db.schema import Schema
 
 
@@ -53,8 +54,7 @@ def render_examples(context: Any, rendered: str = "") -> str:
 
 
 def _quote(name: str) -> str:
-    plain = name.replace("_", "a").isalnum() and not name[:1].isdigit()
-    return name if plain else '"' + name.replace('"', '""') + '"'
+    return quote_identifier(name, only_if_needed=True)
 
 
 @dataclass
