@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_sql.errors import UserError
+from reflect_sql.files import atomic_file
 
 
 class ResultsLog:
@@ -67,13 +68,9 @@ class ResultsLog:
         self._fh.close()
         for key in keys:
             self.records.pop(key, None)
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with atomic_file(self.path, fsync=True) as tmp, open(tmp, "w", encoding="utf-8") as fh:
             for record in self.records.values():
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -42,6 +41,7 @@ from reflect_sql.experiments.metrics import (
 from reflect_sql.experiments.predictions import write_bird_predictions
 from reflect_sql.experiments.report import write_run_reports
 from reflect_sql.experiments.results_log import ResultsLog
+from reflect_sql.files import atomic_file
 from reflect_sql.programs.trace import json_safe
 from reflect_sql.settings import SettingsError
 
@@ -157,9 +157,8 @@ def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _short(sha: str | None) -> str:

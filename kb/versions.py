@@ -14,27 +14,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from reflect_sql.errors import UserError
+from reflect_sql.files import atomic_file
 from reflect_sql.kb.model import KnowledgeBase
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a KB is meant to be read and shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _dump(kb: KnowledgeBase) -> str:
@@ -112,7 +99,8 @@ class KBDir:
         text = _dump(kb)
         # Snapshot first: a crash between the two leaves an unused snapshot, never a current
         # version that history cannot explain.
-        _write_atomic(self.snapshot_file(kb.version), text)
+        with atomic_file(self.snapshot_file(kb.version)) as tmp:
+            tmp.write_text(text, encoding="utf-8")
         entry = {
             "version": kb.version,
             "parent": parent or None,
@@ -126,7 +114,8 @@ class KBDir:
         self.path.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
-        _write_atomic(self.current_file, text)
+        with atomic_file(self.current_file) as tmp:
+            tmp.write_text(text, encoding="utf-8")
         return kb.version
 
     def rollback(self, version: int) -> KnowledgeBase:

@@ -13,10 +13,10 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from reflect_sql.files import atomic_file
 from reflect_sql.lm.failures import LMFailure
 
 # Connection details and DSPy's execution controls do not change what the model is asked.
@@ -94,14 +94,8 @@ class Cassette:
 
     def put(self, key: str, entry: dict) -> None:
         data = json.dumps({"format": FORMAT, "hash": key, **entry}, ensure_ascii=False, indent=1, default=repr)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(data)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(self.path(key)) as tmp:
+            tmp.write_text(data, encoding="utf-8")
 
     def __len__(self) -> int:
         return sum(1 for _ in self.directory.glob("*.json"))

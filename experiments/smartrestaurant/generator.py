@@ -16,7 +16,6 @@ import math
 import os
 import random
 import sqlite3
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from reflect_sql.experiments.smartrestaurant import menu
 from reflect_sql.experiments.smartrestaurant.menu import DISH_BY_ID, DISHES, REFERENCE_NOW
+from reflect_sql.files import atomic_file
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_SQLITE = HERE / "schema_sqlite.sql"
@@ -535,12 +535,8 @@ def write_sqlite(path: str | os.PathLike, seed: int = 0) -> dict[str, int]:
     Built in a temporary file next to the target and renamed into place, so a reader never sees a
     half-written file and an existing database survives a failed run.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = generate(seed)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         conn = sqlite3.connect(tmp)
         try:
             conn.executescript(SCHEMA_SQLITE.read_text(encoding="utf-8"))
@@ -557,9 +553,4 @@ def write_sqlite(path: str | os.PathLike, seed: int = 0) -> dict[str, int]:
             conn.execute("VACUUM")
         finally:
             conn.close()
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the demo database from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return {table: len(data[table]) for table in TABLE_ORDER}
