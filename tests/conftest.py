@@ -1,15 +1,23 @@
 """Fixtures shared across rooms: the shared benchmark data and a PostgreSQL server.
 
-PostgreSQL tests (``@pytest.mark.postgres``) read the server URL from ``REFLECT_SQL_TEST_PG_URL``
-and skip without it; ``.ci/run`` always sets it.
+PostgreSQL tests (``@pytest.mark.postgres``) use the server that ``REFLECT_SQL_TEST_PG_URL`` names;
+without it, a throwaway server that this session starts on Debian's ``postgresql`` binaries and
+stops at its end; without those either, they skip and say why.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
+import re
+import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,12 +34,78 @@ def benchmarks_dir() -> Path:
     return root
 
 
+def _debian_pg_ctl() -> Path | None:
+    """The newest ``pg_ctl`` of Debian's ``postgresql`` packages, or None."""
+    found = [p for p in Path("/usr/lib/postgresql").glob("*/bin/pg_ctl") if re.fullmatch(r"\d+", p.parts[-3])]
+    return max(found, key=lambda p: int(p.parts[-3]), default=None)
+
+
+@contextlib.contextmanager
+def _throwaway_postgres(pg_ctl: Path) -> Iterator[str]:
+    """A PostgreSQL server on 127.0.0.1 and a free port, its data under a fresh temp folder;
+    yields its URL, then stops it and removes the folder, also when the session failed or was
+    interrupted. pytest-postgresql's executor runs initdb, starts the server, waits until it takes
+    connections and stops it. PostgreSQL refuses to run as root, so a root caller runs ``pg_ctl``
+    as the ``postgres`` user (created by Debian's package) through a one-line wrapper."""
+    import port_for
+    from pytest_postgresql.executors import PostgreSQLExecutor
+
+    folder = Path(tempfile.mkdtemp(prefix="reflect-sql-test-pg-"))
+    server = folder / "server"  # data directory, log and socket: the server's own
+    executor = None
+    try:
+        server.mkdir()
+        executable = pg_ctl
+        if os.geteuid() == 0:
+            try:
+                postgres = pwd.getpwnam("postgres")
+            except KeyError:
+                raise RuntimeError("running the tests as root needs the `postgres` user to run PostgreSQL "
+                                   "(Debian's postgresql package creates it)") from None
+            folder.chmod(0o755)  # postgres may enter; the wrapper stays root's
+            os.chown(server, postgres.pw_uid, postgres.pw_gid)
+            executable = folder / "pg_ctl"
+            executable.write_text("#!/bin/sh\n"
+                                  f"cd {shlex.quote(str(server))} && "
+                                  f'exec runuser -u postgres -- {shlex.quote(str(pg_ctl))} "$@"\n')
+            executable.chmod(0o755)
+        port = port_for.select_random()
+        executor = PostgreSQLExecutor(
+            executable=str(executable), host="127.0.0.1", port=port, datadir=str(server / "data"),
+            unixsocketdir=str(server), logfile=str(server / "log"), startparams="-w", dbname="postgres",
+            user="postgres",
+            # A throwaway cluster: nothing in it needs to survive a crash.
+            postgres_options="-c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
+                             "-c synchronous_commit=off")
+        try:
+            executor.start()
+        except Exception as error:
+            log = server / "log"
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+            raise RuntimeError(f"the throwaway PostgreSQL server ({pg_ctl}) did not start: {error}"
+                               + "".join(f"\n  {line}" for line in tail)) from None
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        if executor is not None:
+            with contextlib.suppress(Exception):
+                executor.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def pg_url() -> str:
+def pg_url() -> Iterator[str]:
+    """The server for PostgreSQL tests: ``REFLECT_SQL_TEST_PG_URL`` when set, else a throwaway one
+    for this session on Debian's binaries, else a skip that says what is missing."""
     url = os.environ.get("REFLECT_SQL_TEST_PG_URL")
-    if not url:
-        pytest.skip("REFLECT_SQL_TEST_PG_URL is not set: no PostgreSQL server for this test")
-    return url
+    if url:
+        yield url
+        return
+    pg_ctl = _debian_pg_ctl()
+    if pg_ctl is None:
+        pytest.skip("no PostgreSQL server: install Debian's postgresql (none under /usr/lib/postgresql/*/bin) "
+                    "or set REFLECT_SQL_TEST_PG_URL")
+    with _throwaway_postgres(pg_ctl) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
