@@ -6,7 +6,9 @@
 
 Variant paths are relative to the set file. ``--set``/``--limit`` apply to every variant, so the
 variants always see the same questions. Each variant evaluates into ``<out>/<variant name>`` (and
-so resumes there), and is an MLflow run nested under the set's run (all logged at the end). The set writes
+so resumes there), and is a live MLflow run nested under the set's run, which starts before the
+first variant and ends with the set (``experiments.tracking``; a resumed set continues the same
+runs). The set writes
 ``ablation.md`` (Simple / Moderate / Challenging / Overall / Δ vs full), ``ablation.json``,
 ``charts/ablation.png`` and ``charts/accuracy_vs_cost.png``.
 """
@@ -63,32 +65,33 @@ def run_ablation(
     out = Path(out)
     (out / "charts").mkdir(parents=True, exist_ok=True)
     use_mlflow = mlflow and configs[0].mlflow_enabled
+    parent = None
     if use_mlflow:
         from reflect_sql.experiments import tracking
 
         tracking.enable_autolog(configs[0])
+        parent = tracking.AblationRun(configs[0], name, out)
+        parent.begin({"baseline": baseline, "variants": ",".join(c.name for c in configs)})
     rows: list[tuple[str, dict[str, Any]]] = []
-    for config in configs:
-        run_dir = out / config.name
-        factory = factory_for(config, run_dir) if factory_for else None
-        rows.append((config.name, run_eval(config, run_dir, factory, progress=progress,
-                                           program=None if factory else program)))
-    table = ablation_markdown(rows, baseline)
-    (out / "ablation.md").write_text(f"# {name}\n\n{table}", encoding="utf-8")
-    (out / "ablation.json").write_text(json.dumps({"name": name, "baseline": baseline, "variants": dict(rows)},
-                                                  indent=2) + "\n", encoding="utf-8")
-    ablation_bar_chart(rows, out / "charts" / "ablation.png")
-    accuracy_cost_chart(rows, out / "charts" / "accuracy_vs_cost.png")
-    # Logged once everything is finished, so a killed (and later resumed) ablation leaves no
-    # half-open runs behind.
-    if use_mlflow:
-        import mlflow as mlf
-
-        with tracking.parent_run(configs[0], name):
-            for config, (_, summary) in zip(configs, rows):
-                tracking.log_eval(config, out / config.name, summary, nested=True)
-            mlf.log_artifact(str(out / "ablation.md"))
-            mlf.log_artifact(str(out / "ablation.json"))
-            mlf.log_artifacts(str(out / "charts"), artifact_path="charts")
-            mlf.log_params({"baseline": baseline, "variants": ",".join(n for n, _ in rows)})
+    reopened = False
+    try:
+        for config in configs:
+            run_dir = out / config.name
+            factory = factory_for(config, run_dir) if factory_for else None
+            tracker = parent.variant(config) if parent is not None else None
+            rows.append((config.name, run_eval(config, run_dir, factory, progress=progress,
+                                               program=None if factory else program, tracker=tracker)))
+            reopened = reopened or (tracker is not None and tracker.opened)
+        table = ablation_markdown(rows, baseline)
+        (out / "ablation.md").write_text(f"# {name}\n\n{table}", encoding="utf-8")
+        (out / "ablation.json").write_text(json.dumps({"name": name, "baseline": baseline, "variants": dict(rows)},
+                                                      indent=2) + "\n", encoding="utf-8")
+        ablation_bar_chart(rows, out / "charts" / "ablation.png")
+        accuracy_cost_chart(rows, out / "charts" / "accuracy_vs_cost.png")
+        if parent is not None:
+            parent.finish(reopened)
+    except BaseException as exc:
+        if parent is not None:
+            parent.abort(exc)
+        raise
     return {"name": name, "baseline": baseline, "table": table, "variants": dict(rows)}

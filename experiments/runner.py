@@ -265,6 +265,7 @@ def run_eval(
     progress: bool = True,
     retry_errors: bool = False,
     program: str | Path | None = None,
+    tracker: Any | None = None,
 ) -> dict[str, Any]:
     """Evaluate (or finish evaluating) ``config`` into ``out``; returns the summary.
 
@@ -272,6 +273,10 @@ def run_eval(
     (``programs.shipped.resolve_program``: None is the program shipped for the generator LM,
     "none" the bare signatures); a factory brings its own (``factory.program``), and one that
     does not say is recorded as the caller's.
+
+    ``tracker``: the run's live MLflow run (``experiments.tracking.EvalRun``), begun before the
+    first question (and before the pipeline's LMs load), told of each finished question, and ended
+    FINISHED after the reports are written, or FAILED / KILLED when the evaluation raises.
     """
     from reflect_sql.programs.shipped import ProgramChoice, resolve_program
 
@@ -291,26 +296,53 @@ def run_eval(
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": git_commit(), "seconds": 0.0, "evaluated": 0}
     meta["sessions"].append(session)
     _write_json(out / "run.json", meta)
-    if factory is None:
-        from reflect_sql.experiments.pipeline import PipelineFactory
+    try:
+        summary = _evaluate(config, questions, out, meta, session, factory, choice, progress, retry_errors, tracker)
+    except BaseException as exc:
+        if tracker is not None:
+            tracker.abort(exc)
+        raise
+    if tracker is not None:
+        tracker.finish(out, summary)
+    return summary
 
-        factory = PipelineFactory(config, out, program=choice)
 
-    started = time.perf_counter()
+def _evaluate(config: EvalConfig, questions: list[Question], out: Path, meta: dict[str, Any], session: dict[str, Any],
+              factory: ProgramFactory | None, choice: Any, progress: bool, retry_errors: bool,
+              tracker: Any | None) -> dict[str, Any]:
     with ResultsLog(out / RESULTS) as log:
         if retry_errors:
             log.rewrite_without({k for k, r in log.records.items() if r.get("exception")})
         todo = [q for q in questions if q.key not in log]
-        bar = _Progress(len(questions), (log.records[q.key] for q in questions if q.key in log), progress, config.name)
+        done = [log.records[q.key] for q in questions if q.key in log]
+        if tracker is not None:
+            tracker.begin(out, meta, done, len(todo))
+            _write_json(out / "run.json", meta)  # the MLflow run id, for a resumed run to continue it
+        if factory is None:
+            from reflect_sql.experiments.pipeline import PipelineFactory
+
+            factory = PipelineFactory(config, out, program=choice)
+        started = time.perf_counter()
+        earlier = sum(float(s.get("seconds") or 0.0) for s in meta["sessions"] if s is not session)
+        bar = _Progress(len(questions), done, progress, config.name)
 
         def work(q: Question) -> tuple[dict[str, Any], list]:
+            traced: dict[str, Any] = {}
+
             # The program is made inside the question's own error handling: a database that cannot
             # be opened fails its questions (and is tried again for the next one), not the run.
             def program(**inputs: Any) -> Any:
-                return factory(q)(**inputs)
+                if tracker is None:
+                    return factory(q)(**inputs)
+                with tracker.trace(q) as span:
+                    traced.update(span)
+                    return factory(q)(**inputs)
 
-            return evaluate_question(config.dataset.format, q, program, config.score_timeout_s,
-                                     config.settings.max_value_bytes)
+            record, steps = evaluate_question(config.dataset.format, q, program, config.score_timeout_s,
+                                              config.settings.max_value_bytes)
+            if traced.get("trace_id"):
+                record["mlflow_trace_id"] = traced["trace_id"]
+            return record, steps
 
         pool = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="eval")
         try:
@@ -333,6 +365,8 @@ def run_eval(
                     session["seconds"] = round(time.perf_counter() - started, 3)
                     _write_json(out / "run.json", meta)
                     bar.update(record)
+                    if tracker is not None:
+                        tracker.question(record, earlier + session["seconds"])
                     nxt = next(queue, None)
                     if nxt is not None:
                         pending[pool.submit(work, nxt)] = nxt

@@ -1,4 +1,19 @@
-"""MLflow: one run per evaluation (params, metrics, artifacts); ablation variants as nested runs.
+"""MLflow: live runs an experimenter can watch while they run, and compare once they end.
+
+- An evaluation's run (``EvalRun``) starts when the evaluation starts and logs, after each
+  question, running metrics whose ``step`` is the number of questions done: ``running/ex`` (EX so
+  far, in percent), ``running/lm_calls``, ``running/tokens`` (prompt + completion) and
+  ``running/seconds`` (wall seconds of the evaluation so far, every session counted). The
+  per-question results are an MLflow table (``questions.json``, ``mlflow.log_table``): question,
+  db_id, difficulty, SQL, status, judge scores, cost and, with ``mlflow.autolog``, the id of the
+  question's trace. The run ends with its true status: FINISHED, FAILED (an exception) or KILLED
+  (Ctrl-C); its start and end are the evaluation's own, so the UI shows its true duration.
+- A resumed evaluation continues the same run: its id is kept in ``run.json`` (``mlflow.run_id``)
+  and its steps go on from the questions already done. A run that was SIGKILLed shows RUNNING until
+  it is resumed. A FINISHED run with nothing left to evaluate is not reopened. The UI's duration of
+  a resumed run spans the gap between its sessions; ``wall_seconds`` is the time spent evaluating.
+- An ablation's parent run (``AblationRun``) starts before its first variant, each variant's run
+  nests under it, and its id is kept in ``<out>/ablation_run.json``.
 
 The tracking URI is ``settings.mlflow_uri`` (default ``sqlite:///mlruns.db``). Artifacts of a
 sqlite-tracked experiment go to ``mlartifacts/`` beside the database file, not into whatever the
@@ -9,13 +24,22 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from reflect_sql.experiments.config import EvalConfig
+from reflect_sql.files import atomic_file
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Appending rows to the table downloads it first; a progress bar per question would bury the eval's own.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+TABLE = "questions.json"
+RUNNING = ("running/ex", "running/lm_calls", "running/tokens", "running/seconds")
+ABLATION_META = "ablation_run.json"
 
 
 def git_commit() -> str:
@@ -37,14 +61,15 @@ def _artifact_location(uri: str) -> str | None:
     return None
 
 
-def _use_experiment(config: EvalConfig) -> None:
+def _use_experiment(config: EvalConfig) -> str:
+    """Point MLflow at the config's store and experiment (created on first use); its id."""
     import mlflow
 
     uri = config.settings.mlflow_uri
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(config.mlflow_experiment) is None:
         mlflow.create_experiment(config.mlflow_experiment, artifact_location=_artifact_location(uri))
-    mlflow.set_experiment(config.mlflow_experiment)
+    return mlflow.set_experiment(config.mlflow_experiment).experiment_id
 
 
 def _run_meta(out: str | Path) -> dict[str, Any]:
@@ -116,6 +141,55 @@ def metrics_of(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def table_row(record: dict[str, Any]) -> dict[str, Any]:
+    """One question of the MLflow table: what it asked, what was answered, how it was judged and
+    what it cost. Scalars only, so that the UI can sort and filter every column."""
+    cost = record.get("cost") or {}
+    trace = record.get("trace") or {}
+    row: dict[str, Any] = {
+        # As the dataset gives it: MLflow reads the table back with pandas' type inference before
+        # appending to it, so a numeric id written as text would come back a number.
+        "question_id": record.get("question_id"),
+        "db_id": record.get("db_id"),
+        "difficulty": record.get("difficulty"),
+        "question": record.get("question"),
+        "sql": record.get("sql"),
+        "status": record.get("status"),
+        "correct": bool(record.get("correct")),
+        "error": record.get("error"),
+    }
+    for key, value in (record.get("scores") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            row[f"score_{key}"] = float(value)
+    for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "lm_seconds", "seconds"):
+        if key in cost:
+            row[key] = cost[key]
+    row["rounds"] = trace.get("rounds")
+    if record.get("mlflow_trace_id"):
+        row["trace_id"] = record["mlflow_trace_id"]
+    return row
+
+
+def _status_of(exc: BaseException) -> str:
+    return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
+
+
+def _existing_run(client: Any, run_id: str | None, experiment_id: str) -> Any:
+    """The run ``run_id`` names, if it can be continued: it exists, is not deleted and belongs to
+    this experiment (a run.json may name a run of another store or experiment)."""
+    if not run_id:
+        return None
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        return None
+    if run.info.lifecycle_stage != "active" or run.info.experiment_id != experiment_id:
+        return None
+    return run
+
+
 def enable_autolog(config: EvalConfig) -> None:
     """DSPy traces (every module and LM call) into the experiment, when the config asks for them."""
     if config.mlflow_enabled and config.mlflow_autolog:
@@ -125,34 +199,287 @@ def enable_autolog(config: EvalConfig) -> None:
         mlflow.dspy.autolog()
 
 
-@contextmanager
-def parent_run(config: EvalConfig, name: str) -> Iterator[Any]:
-    """The run that nests the runs of an ablation's variants."""
-    import mlflow
+class EvalRun:
+    """The MLflow run of one evaluation, live from its start to its end; ``experiments.runner.run_eval``
+    drives it (``begin``, ``question`` after each question, then ``finish`` or ``abort``).
 
-    _use_experiment(config)
-    with mlflow.start_run(run_name=name, tags={"kind": "ablation"}) as run:
-        yield run
+    ``nested``: a child of the active run (an ablation variant). ``attach_to``: log the running
+    metrics and the table into a run someone else started and ends (a tuning trial); the run is
+    then not recorded in run.json. ``table_every_s``: rows reach the MLflow table at most this
+    often while the run goes (and all of them at its end); each append rewrites the table.
+    """
+
+    def __init__(self, config: EvalConfig, *, nested: bool = False, attach_to: str | None = None,
+                 table_every_s: float = 10.0, traces: bool | None = None,
+                 log: Callable[[str], None] | None = None):
+        self.config = config
+        self.nested = nested
+        self.attach_to = attach_to
+        self.table_every_s = table_every_s
+        self.traces = config.mlflow_autolog if traces is None else traces
+        self.log = log or (lambda message: print(f"reflect-sql: {message}", file=sys.stderr))
+        self.run_id: str | None = attach_to
+        self.active = False  # between begin and finish/abort, when there is something to log
+        self.opened = False  # begin started the run or continued it (a finished one may stay closed)
+        self._client: Any = None
+        self._rows: list[dict[str, Any]] = []
+        self._last_flush = 0.0
+        self._warned = False
+        self.done = self.correct = self.calls = self.tokens = 0
+
+    # --- start ---------------------------------------------------------------------------
+
+    def begin(self, out: Path, meta: dict[str, Any], done: list[dict[str, Any]], todo: int) -> None:
+        """Start the run, or continue the one run.json names (``meta["mlflow"]``, updated here)."""
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        for record in done:
+            self._count(record)
+        if self.attach_to:
+            self._client = MlflowClient()
+            self.active = True
+            self._rows = [table_row(r) for r in done]
+            self._flush()
+            return
+        experiment_id = _use_experiment(self.config)
+        self._client = client = MlflowClient()
+        uri = self.config.settings.mlflow_uri
+        recorded = meta.get("mlflow") if isinstance(meta.get("mlflow"), dict) else {}
+        existing = _existing_run(client, recorded.get("run_id"), experiment_id) if recorded.get("tracking_uri") == uri else None
+        if existing is not None and existing.info.status == "FINISHED" and not todo:
+            self.run_id = existing.info.run_id  # nothing to add: the run stays as it ended
+            return
+        logged: set[str] = set()
+        if existing is not None:
+            self.run_id = existing.info.run_id
+            try:
+                logged = self._logged_ids()
+            except ValueError as exc:  # a kill while the table was being written
+                self.log(f"MLflow run {self.run_id}: its table {TABLE} is unreadable ({exc}); starting a new run")
+                existing = None
+        tags = {"kind": "evaluation", "out_dir": str(Path(out).resolve()), "questions": str(self.done + todo)}
+        parent = mlflow.active_run() if self.nested else None
+        if existing is not None and parent is not None:
+            tags["mlflow.parentRunId"] = parent.info.run_id
+        if existing is not None:
+            run = mlflow.start_run(run_id=existing.info.run_id, nested=self.nested, tags=tags)
+            self.log(f"MLflow run {run.info.run_id} continues ({uri})")
+        else:
+            run = mlflow.start_run(run_name=self.config.name, nested=self.nested, tags=tags)
+            meta["mlflow"] = {"run_id": run.info.run_id, "experiment_id": experiment_id, "tracking_uri": uri}
+            self.log(f"MLflow run {run.info.run_id} started ({uri})")
+        self.run_id = run.info.run_id
+        self.active = self.opened = True
+        try:
+            params = params_of(self.config, session_commits(out), meta.get("program"))
+            if existing is not None:  # MLflow refuses to change a logged parameter
+                params = {k: v for k, v in params.items() if k not in existing.data.params}
+            if params:
+                mlflow.log_params(params)
+            self._rows = [table_row(r) for r in done if str(r.get("question_id")) not in logged]
+            self._flush()
+            if existing is None and self.done:
+                self._log_running(sum(float(s.get("seconds") or 0) for s in meta.get("sessions", [])))
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+
+    def _logged_ids(self) -> set[str]:
+        """The question ids already in the run's table (a resumed run logged some before its kill)."""
+        import tempfile
+
+        import pandas as pd
+
+        if TABLE not in {f.path for f in self._client.list_artifacts(self.run_id)}:
+            return set()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._client.download_artifacts(self.run_id, TABLE, tmp)
+            table = pd.read_json(path, orient="split", dtype=False)
+        return {str(v) for v in table.get("question_id", [])}
+
+    # --- while it runs -------------------------------------------------------------------
+
+    def _count(self, record: dict[str, Any]) -> None:
+        cost = record.get("cost") or {}
+        self.done += 1
+        self.correct += bool(record.get("correct"))
+        self.calls += int(cost.get("lm_calls") or 0)
+        self.tokens += int(cost.get("prompt_tokens") or 0) + int(cost.get("completion_tokens") or 0)
+
+    @contextmanager
+    def trace(self, question: Any) -> Iterator[dict[str, Any]]:
+        """Around one question's program call (in its worker thread): with ``traces``, one MLflow
+        trace whose root span is the question and whose children are DSPy's spans (autolog); the
+        yielded dict receives its ``trace_id`` for the table."""
+        holder: dict[str, Any] = {}
+        if not (self.active and self.traces):
+            yield holder
+            return
+        import mlflow
+
+        with mlflow.start_span(name=f"question {question.question_id}", span_type="CHAIN", run_id=self.run_id) as span:
+            holder["trace_id"] = span.trace_id
+            span.set_inputs({"question": question.question, "evidence": question.evidence})
+            span.set_attributes({"question_id": str(question.question_id), "db_id": question.db_id,
+                                 "difficulty": question.difficulty or ""})
+            yield holder
+
+    def question(self, record: dict[str, Any], seconds: float) -> None:
+        """One more question done; ``seconds``: the evaluation's wall seconds so far."""
+        self._count(record)
+        if not self.active:
+            return
+        self._rows.append(table_row(record))
+        try:
+            self._log_running(seconds)
+            if time.monotonic() - self._last_flush >= self.table_every_s:
+                self._flush()
+        except Exception as exc:  # noqa: BLE001 - the store failing must not stop the evaluation
+            if not self._warned:
+                self._warned = True
+                self.log(f"MLflow logging failed ({type(exc).__name__}: {exc}); the evaluation goes on")
+
+    def _log_running(self, seconds: float) -> None:
+        from mlflow.entities import Metric
+
+        # EX in percent with two decimals, as the summary and the official evaluators print it.
+        values = (round(100.0 * self.correct / self.done, 2) if self.done else 0.0, self.calls, self.tokens, round(seconds, 3))
+        now = int(time.time() * 1000)
+        self._client.log_batch(self.run_id, metrics=[Metric(key, float(value), now, self.done)
+                                                     for key, value in zip(RUNNING, values)])
+
+    def _flush(self) -> None:
+        if self._rows:
+            import pandas as pd
+
+            self._client.log_table(self.run_id, pd.DataFrame(self._rows), TABLE)
+            self._rows = []
+        self._last_flush = time.monotonic()
+
+    # --- end -----------------------------------------------------------------------------
+
+    def finish(self, out: Path, summary: dict[str, Any]) -> None:
+        """Log the final metrics and the artifacts, and end the run FINISHED."""
+        if not self.active:
+            return
+        try:
+            self._flush()
+            if self.attach_to:
+                self.active = False
+                return
+            import mlflow
+
+            out = Path(out)
+            client, run_id = self._client, self.run_id
+            mlflow.log_metrics(metrics_of(summary))
+            client.set_tag(run_id, "git_commits", ",".join(session_commits(out)) or git_commit())
+            for name in ("summary.json", "results.jsonl", "per_question.csv", "run.json", "calibration.md"):
+                if (out / name).is_file():
+                    mlflow.log_artifact(str(out / name))
+            for path in sorted(out.glob("predict*")):
+                mlflow.log_artifact(str(path), artifact_path="predictions")
+            if (out / "charts").is_dir():
+                mlflow.log_artifacts(str(out / "charts"), artifact_path="charts")
+            if self.config.source is not None and Path(self.config.source).is_file():
+                mlflow.log_artifact(str(self.config.source), artifact_path="config")
+            mlflow.log_text(self.config.settings.to_yaml(), "config/effective_settings.yaml")
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+        self._end("FINISHED")
+
+    def abort(self, exc: BaseException) -> None:
+        """End the run FAILED (an exception) or KILLED (Ctrl-C), with the rows it has."""
+        if not self.active:
+            return
+        try:
+            self._flush()
+        except Exception:  # noqa: BLE001 - the run still gets its status
+            pass
+        if self.attach_to:
+            self.active = False
+            return
+        self._end(_status_of(exc))
+
+    def _end(self, status: str) -> None:
+        import mlflow
+
+        self.active = False
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == self.run_id:
+            mlflow.end_run(status)
+        else:
+            self._client.set_terminated(self.run_id, status)
 
 
-def log_eval(config: EvalConfig, out: str | Path, summary: dict[str, Any], *, nested: bool = False) -> str:
-    """Log a finished evaluation; returns the MLflow run id."""
-    import mlflow
+class AblationRun:
+    """The parent run of an ablation: started (or continued, its id in ``<out>/ablation_run.json``)
+    before the first variant, ended with the ablation's true status. A finished ablation resumed
+    with nothing left to evaluate keeps the end time it had."""
 
-    out = Path(out)
-    _use_experiment(config)
-    with mlflow.start_run(run_name=config.name, nested=nested,
-                          tags={"kind": "evaluation", "out_dir": str(out.resolve())}) as run:
-        mlflow.log_params(params_of(config, session_commits(out), run_program(out)))
-        mlflow.log_metrics(metrics_of(summary))
-        for name in ("summary.json", "results.jsonl", "per_question.csv", "run.json", "calibration.md"):
-            if (out / name).is_file():
-                mlflow.log_artifact(str(out / name))
-        for path in sorted(out.glob("predict*")):
-            mlflow.log_artifact(str(path), artifact_path="predictions")
-        if (out / "charts").is_dir():
-            mlflow.log_artifacts(str(out / "charts"), artifact_path="charts")
-        if config.source is not None and Path(config.source).is_file():
-            mlflow.log_artifact(str(config.source), artifact_path="config")
-        mlflow.log_text(config.settings.to_yaml(), "config/effective_settings.yaml")
-        return run.info.run_id
+    def __init__(self, config: EvalConfig, name: str, out: Path, log: Callable[[str], None] | None = None):
+        self.config = config
+        self.name = name
+        self.out = Path(out)
+        self.log = log or (lambda message: print(f"reflect-sql: {message}", file=sys.stderr))
+        self.run_id: str | None = None
+        self._previous_end: int | None = None
+
+    def variant(self, config: EvalConfig, **kwargs: Any) -> EvalRun:
+        return EvalRun(config, nested=True, log=self.log, **kwargs)
+
+    def begin(self, params: dict[str, Any]) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        experiment_id = _use_experiment(self.config)
+        client = MlflowClient()
+        uri = self.config.settings.mlflow_uri
+        meta_path = self.out / ABLATION_META
+        try:
+            recorded = json.loads(meta_path.read_text(encoding="utf-8")).get("mlflow") or {}
+        except (OSError, ValueError, AttributeError):
+            recorded = {}
+        existing = _existing_run(client, recorded.get("run_id"), experiment_id) if recorded.get("tracking_uri") == uri else None
+        if existing is not None:
+            if existing.info.status == "FINISHED":
+                self._previous_end = existing.info.end_time
+            run = mlflow.start_run(run_id=existing.info.run_id)
+            params = {k: v for k, v in params.items() if k not in existing.data.params}
+        else:
+            run = mlflow.start_run(run_name=self.name, tags={"kind": "ablation"})
+            with atomic_file(meta_path) as tmp:
+                tmp.write_text(json.dumps({"name": self.name, "mlflow": {
+                    "run_id": run.info.run_id, "experiment_id": experiment_id, "tracking_uri": uri}}, indent=2) + "\n",
+                    encoding="utf-8")
+        self.run_id = run.info.run_id
+        self.log(f"MLflow ablation run {self.run_id} {'continues' if existing is not None else 'started'} ({uri})")
+        if params:
+            mlflow.log_params({k: str(v) for k, v in params.items()})
+
+    def finish(self, reopened: bool) -> None:
+        """Log the table and charts and end FINISHED; ``reopened``: some variant's run was started
+        or continued in this session (else a finished parent keeps its end time)."""
+        import mlflow
+
+        for name in ("ablation.md", "ablation.json"):
+            if (self.out / name).is_file():
+                mlflow.log_artifact(str(self.out / name))
+        if (self.out / "charts").is_dir():
+            mlflow.log_artifacts(str(self.out / "charts"), artifact_path="charts")
+        mlflow.end_run("FINISHED")
+        if not reopened and self._previous_end is not None:
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient().set_terminated(self.run_id, "FINISHED", end_time=self._previous_end)
+
+    def abort(self, exc: BaseException) -> None:
+        import mlflow
+
+        active = mlflow.active_run()
+        while active is not None and active.info.run_id != self.run_id:
+            mlflow.end_run(_status_of(exc))  # a variant run the error left open
+            active = mlflow.active_run()
+        if active is not None:
+            mlflow.end_run(_status_of(exc))

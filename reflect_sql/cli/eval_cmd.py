@@ -62,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run every variant of an ablation set (experiments/configs/ablation.yaml) on "
                                    "the same questions; write ablation.md (Simple/Moderate/Challenging/Overall/"
                                    "Δ vs full, EX in percent), charts/ablation.png and charts/accuracy_vs_cost.png. "
-                                   "Variants are MLflow runs nested under one parent run.")
+                                   "Variants are live MLflow runs nested under one parent run, which starts before the "
+                                   "first variant; a resumed ablation continues the same runs.")
     p.add_argument("config", metavar="ABLATION.yaml")
     _add_run_args(p)
     add_program_arg(p)
@@ -83,7 +84,9 @@ mode (reflect | single-pass), settings, threads, mlflow. Per-question results go
 OUT/results.jsonl as they finish; rerunning with the same --out resumes (finished questions are
 not rerun, a line cut by a kill is redone). Writes OUT/summary.json (the `score --json` keys, EX in
 percent, plus cost and recall), OUT/predict_<split>.json (official BIRD format), per_question.csv,
-charts and the judge calibration, and logs one MLflow run (settings.mlflow_uri).
+charts and the judge calibration. The MLflow run (settings.mlflow_uri) is live: it starts with
+the evaluation, logs EX so far, LM calls, tokens and seconds after each question (step = questions
+done) and a per-question table, and ends FINISHED, FAILED or KILLED; a resumed run continues it.
 The compiled program shipped for the generator LM runs by default (`--program none`: the bare
 signatures); run.json and MLflow record its path and sha256, and a resumed run must use the same one.
 """
@@ -125,17 +128,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set_, limit=args.limit)
     out = args.out or _default_out(config.name)
-    if not args.no_mlflow:
-        from reflect_sql.experiments.tracking import enable_autolog
+    tracker = None
+    if config.mlflow_enabled and not args.no_mlflow:
+        from reflect_sql.experiments.tracking import EvalRun, enable_autolog
 
         enable_autolog(config)
+        tracker = EvalRun(config)  # live from the first question; its id is kept in run.json
     summary = run_eval(config, out, progress=not args.no_progress, retry_errors=args.retry_errors,
-                       program=args.program)
-    if config.mlflow_enabled and not args.no_mlflow:
-        from reflect_sql.experiments.tracking import log_eval
-
-        run_id = log_eval(config, out, summary)
-        print(f"MLflow run {run_id} ({config.settings.mlflow_uri})", file=sys.stderr)
+                       program=args.program, tracker=tracker)
+    if tracker is not None:
+        print(f"MLflow run {tracker.run_id} ({config.settings.mlflow_uri})", file=sys.stderr)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
