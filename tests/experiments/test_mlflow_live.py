@@ -220,3 +220,52 @@ def test_an_eval_that_raises_ends_failed_and_one_interrupted_ends_killed(tiny_bi
     done = [json.loads(line)["question_id"] for line in (out / "results.jsonl").read_text().splitlines()]
     assert 10 in done and 11 not in done
     assert sorted(table_of(store, run.info.run_id, tmp_path)["question_id"]) == sorted(done)  # the rows before Ctrl-C
+
+
+def test_an_ablation_parent_runs_from_before_its_first_variant_and_a_resumed_ablation_continues_its_runs(tiny_bird, tmp_path, store):
+    import dspy
+
+    from reflect_sql.experiments.ablation import run_ablation
+
+    (tmp_path / "full.yaml").write_text(
+        f"name: full\ndataset: {{format: bird, root: {tiny_bird}}}\nmlflow: {{enabled: true, experiment: abl-live}}\n"
+        f"settings: {{mlflow_uri: 'sqlite:///{tmp_path}/mlruns.db'}}\n")
+    (tmp_path / "no_entailment.yaml").write_text("extends: full.yaml\nname: no_entailment\nsettings: {use_entailment: false}\n")
+    (tmp_path / "set.yaml").write_text("name: live-ablation\nvariants: [full.yaml, no_entailment.yaml]\n")
+    interrupt = {"on": True}
+
+    def factory_for(config, run_dir):
+        def program(question, evidence=""):
+            time.sleep(0.2)
+            q = next(q for q in config.dataset.load() if q.question == question)
+            if interrupt["on"] and not config.settings.use_entailment and q.question_id == 11:
+                raise KeyboardInterrupt  # Ctrl-C in the second variant
+            return dspy.Prediction(sql=q.gold_sql, rows=[], scores={"semantic": 9.0}, cost={"lm_calls": 3})
+        return lambda q: program
+
+    out = tmp_path / "abl"
+    with pytest.raises(KeyboardInterrupt):
+        run_ablation(tmp_path / "set.yaml", out, progress=False, factory_for=factory_for)
+    runs = {r.info.run_name: r for r in runs_of(store, "abl-live")}
+    assert set(runs) == {"live-ablation", "full", "no_entailment"}
+    parent = runs["live-ablation"]
+    assert parent.info.status == "KILLED" and runs["no_entailment"].info.status == "KILLED"
+    assert runs["full"].info.status == "FINISHED"
+    assert parent.info.start_time <= runs["full"].info.start_time <= runs["full"].info.end_time <= runs["no_entailment"].info.start_time
+    assert {r.data.tags["mlflow.parentRunId"] for r in (runs["full"], runs["no_entailment"])} == {parent.info.run_id}
+
+    interrupt["on"] = False
+    run_ablation(tmp_path / "set.yaml", out, progress=False, factory_for=factory_for)
+    after = {r.info.run_name: r for r in runs_of(store, "abl-live")}
+    assert len(runs_of(store, "abl-live")) == 3  # the same three runs, continued
+    assert {n: r.info.run_id for n, r in after.items()} == {n: r.info.run_id for n, r in runs.items()}
+    assert {r.info.status for r in after.values()} == {"FINISHED"}
+    assert after["full"].info.end_time == runs["full"].info.end_time  # finished before: not reopened
+    assert after["live-ablation"].info.end_time >= after["no_entailment"].info.end_time
+    assert after["no_entailment"].data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert len(table_of(store, after["no_entailment"].info.run_id, tmp_path)) == 3
+    assert [m.step for m in sorted(store.get_metric_history(after["no_entailment"].info.run_id, "running/ex"),
+                                   key=lambda m: m.step)][-1] == 3
+    artifacts = {f.path for f in store.list_artifacts(parent.info.run_id)}
+    assert {"ablation.md", "ablation.json", "charts"} <= artifacts
+    assert after["live-ablation"].data.params["variants"] == "full,no_entailment"
