@@ -334,9 +334,7 @@ def _evaluate(config: EvalConfig, questions: list[Question], out: Path, meta: di
             def program(**inputs: Any) -> Any:
                 if tracker is None:
                     return factory(q)(**inputs)
-                with tracker.trace(q) as span:
-                    traced.update(span)
-                    return factory(q)(**inputs)
+                return tracker.call(q, lambda: factory(q)(**inputs), traced)
 
             record, steps = evaluate_question(config.dataset.format, q, program, config.score_timeout_s,
                                               config.settings.max_value_bytes)

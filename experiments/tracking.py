@@ -26,9 +26,8 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.files import atomic_file
@@ -307,23 +306,22 @@ class EvalRun:
         self.calls += int(cost.get("lm_calls") or 0)
         self.tokens += int(cost.get("prompt_tokens") or 0) + int(cost.get("completion_tokens") or 0)
 
-    @contextmanager
-    def trace(self, question: Any) -> Iterator[dict[str, Any]]:
-        """Around one question's program call (in its worker thread): with ``traces``, one MLflow
-        trace whose root span is the question and whose children are DSPy's spans (autolog); the
-        yielded dict receives its ``trace_id`` for the table."""
-        holder: dict[str, Any] = {}
+    def call(self, question: Any, program: Callable[[], Any], traced: dict[str, Any]) -> Any:
+        """Run one question's ``program`` (in its worker thread). With ``traces``: inside one MLflow
+        trace whose root span is the question (inputs, the SQL and scores out) and whose children
+        are DSPy's spans from autolog; ``traced["trace_id"]`` receives its id, for the table."""
         if not (self.active and self.traces):
-            yield holder
-            return
+            return program()
         import mlflow
 
         with mlflow.start_span(name=f"question {question.question_id}", span_type="CHAIN", run_id=self.run_id) as span:
-            holder["trace_id"] = span.trace_id
+            traced["trace_id"] = span.trace_id
             span.set_inputs({"question": question.question, "evidence": question.evidence})
             span.set_attributes({"question_id": str(question.question_id), "db_id": question.db_id,
                                  "difficulty": question.difficulty or ""})
-            yield holder
+            pred = program()
+            span.set_outputs({"sql": getattr(pred, "sql", None), "scores": getattr(pred, "scores", None)})
+            return pred
 
     def question(self, record: dict[str, Any], seconds: float) -> None:
         """One more question done; ``seconds``: the evaluation's wall seconds so far."""
@@ -366,7 +364,7 @@ class EvalRun:
         try:
             self._flush()
             if self.attach_to:
-                self.active = False
+                self._end("FINISHED")
                 return
             import mlflow
 
@@ -397,15 +395,16 @@ class EvalRun:
             self._flush()
         except Exception:  # noqa: BLE001 - the run still gets its status
             pass
-        if self.attach_to:
-            self.active = False
-            return
         self._end(_status_of(exc))
 
     def _end(self, status: str) -> None:
         import mlflow
 
         self.active = False
+        if self.traces:
+            mlflow.flush_trace_async_logging()  # every question's trace is in the store when the run ends
+        if self.attach_to:
+            return  # the run's owner ends it
         active = mlflow.active_run()
         if active is not None and active.info.run_id == self.run_id:
             mlflow.end_run(status)

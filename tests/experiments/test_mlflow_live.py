@@ -23,11 +23,12 @@ from reflect_sql.experiments.tracking import TABLE, EvalRun
 PACE_S = 0.5
 
 
-def write_config(tmp_path, root, *, name="live", experiment="live-test", autolog=False, db_ids="[superhero]", extra=""):
+def write_config(tmp_path, root, *, name="live", experiment="live-test", autolog=False, db_ids="[superhero]", limit=6,
+                 extra=""):
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\n"
-        f"dataset: {{format: bird, root: {root}, db_ids: {db_ids}, limit: 6}}\n"
+        f"dataset: {{format: bird, root: {root}, db_ids: {db_ids}, limit: {limit}}}\n"
         f"kb: {{enabled: false}}\nmlflow: {{enabled: true, experiment: {experiment}, autolog: {str(autolog).lower()}}}\n"
         f"settings: {{lm_cache: false, use_enrichment: false, mlflow_uri: 'sqlite:///{tmp_path}/mlruns.db'}}\n" + extra)
     return path
@@ -269,3 +270,41 @@ def test_an_ablation_parent_runs_from_before_its_first_variant_and_a_resumed_abl
     artifacts = {f.path for f in store.list_artifacts(parent.info.run_id)}
     assert {"ablation.md", "ablation.json", "charts"} <= artifacts
     assert after["live-ablation"].data.params["variants"] == "full,no_entailment"
+
+
+@pytest.fixture()
+def autolog():
+    """``mlflow.dspy.autolog`` is process-wide: switched off again after the test."""
+    import mlflow
+
+    yield
+    mlflow.dspy.autolog(disable=True)
+
+
+@pytest.mark.slow
+def test_with_autolog_each_question_is_one_trace_of_its_loop_steps_and_its_id_is_in_the_table(benchmarks_dir, tmp_path, store, autolog):
+    from reflect_sql.experiments.tracking import enable_autolog
+
+    config = load_config(write_config(tmp_path, benchmarks_dir / "bird", experiment="trace-test", autolog=True, limit=3))
+    questions = config.dataset.load()
+    enable_autolog(config)
+    out = tmp_path / "run"
+    run_eval(config, out, Paced(config, out, wrong=[questions[1].question], pace_s=0), progress=False,
+             tracker=EvalRun(config))
+    run_id = run_id_of(out)
+    table = table_of(store, run_id, tmp_path)
+    records = {r["question_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert len(table) == 3 and table["trace_id"].notna().all()
+    assert dict(zip(table["question_id"], table["trace_id"])) == {k: r["mlflow_trace_id"] for k, r in records.items()}
+    import mlflow
+
+    traces = {t.info.trace_id: t for t in mlflow.search_traces(run_id=run_id, return_type="list")}
+    assert set(table["trace_id"]) == set(traces)
+    wrong = traces[records[questions[1].question_id]["mlflow_trace_id"]]
+    root = wrong.data.spans[0]
+    assert root.name == f"question {questions[1].question_id}" and root.parent_id is None
+    assert root.inputs["question"] == questions[1].question and root.outputs["sql"] == records[questions[1].question_id]["sql"]
+    names = [s.name for s in wrong.data.spans]
+    # The loop steps under the question: each loop's module and every LM call the question cost.
+    assert {"ReflectSQL.forward", "RetrievalLoop.forward", "SynthesisLoop.forward", "EntailmentLoop.forward"} <= set(names)
+    assert names.count("ScriptedLM.__call__") == records[questions[1].question_id]["cost"]["lm_calls"]
