@@ -15,7 +15,11 @@ them), with execution accuracy on a tuning split as the objective.
   question (NSGA-II); the Pareto front is written to ``pareto.json`` and ``pareto_front.png``.
 - LM calls go through the DSPy cache (``lm_cache``, one cache dir for every trial), so a threshold
   that only changes control flow replays the calls it shares with earlier trials for free.
-- Each trial is a nested MLflow run under one run per invocation (logged from the objective).
+- Each trial is a nested MLflow run under one run per invocation, started when the trial starts
+  with its parameters; it holds the trial's running metrics and per-question table (the live
+  ``experiments.tracking.EvalRun``, attached to it) and ends FINISHED, FAILED or KILLED (Ctrl-C),
+  as does the parent. The parent logs ``trial_ex`` per trial and the study's ``best_ex`` whenever
+  it improves, both with ``step`` = trial number.
 - Trial 0 of a new study runs the configured settings (``start_from_config``), so the result
   shows the baseline EX next to the best one.
 - The best trial is written as ``best_settings.yaml`` (a settings file: ``--config`` of ``ask``)
@@ -42,7 +46,7 @@ import yaml
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.runner import ProgramFactory, run_eval
-from reflect_sql.experiments.tracking import program_params
+from reflect_sql.experiments.tracking import EvalRun, program_params
 from reflect_sql.optimize.config import TuneOptions, with_dataset
 from reflect_sql.optimize.search_space import TUNED_KEYS, params_from_settings, settings_from_params, suggest_params
 from reflect_sql.programs.shipped import ProgramChoice, resolve_program
@@ -182,14 +186,40 @@ class _MLflow:
                 self.closed_stale = close_stale_runs(experiment_id, run_name, study_tags)
             self.parent = mlflow.start_run(run_name=run_name, tags=study_tags)
 
-    def trial(self, name: str):
+    @contextmanager
+    def trial(self, name: str, params: dict[str, Any]) -> Iterator[None]:
+        """The trial's nested run, from the trial's start (with its parameters) to its true end."""
         if not self.enabled:
-            from contextlib import nullcontext
-
-            return nullcontext()
+            yield
+            return
         import mlflow
 
-        return mlflow.start_run(run_name=name, nested=True)
+        mlflow.start_run(run_name=name, nested=True, tags={"kind": "trial"})
+        status = "FAILED"
+        try:
+            mlflow.log_params(params)
+            yield
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        finally:
+            mlflow.end_run(status)
+
+    def live(self, config: EvalConfig) -> EvalRun | None:
+        """The running metrics and question table of the trial's evaluation, in the trial's run."""
+        if not self.enabled:
+            return None
+        import mlflow
+
+        return EvalRun(config, attach_to=mlflow.active_run().info.run_id, traces=False)
+
+    def log_step(self, key: str, value: float, step: int) -> None:
+        """A metric of the parent run (the study), while a trial's run is the active one."""
+        if self.enabled and self.parent is not None:
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient().log_metric(self.parent.info.run_id, key, float(value), step=step)
 
     def log_params(self, params: dict) -> None:
         if self.enabled:
@@ -215,6 +245,10 @@ class _MLflow:
         if self.enabled and self.parent is not None:
             import mlflow
 
+            active = mlflow.active_run()
+            while active is not None and active.info.run_id != self.parent.info.run_id:
+                mlflow.end_run(status)  # a trial run an error left open
+                active = mlflow.active_run()
             mlflow.end_run(status=status)
 
 
@@ -436,17 +470,23 @@ def run_study(
                 tracker.log_params({"study": name, "storage": storage, "target_trials": target, "seed": options.seed,
                                     "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json()),
                                     **program_params(choice.to_json())})
+            done = _completed(study)
+            best_ex = max((t.values[0] for t in done), default=None)
+            if best_ex is not None:  # the best so far of a resumed study, where its chart goes on
+                tracker.log_step("best_ex", best_ex, max(t.number for t in done))
 
             def objective(trial: optuna.Trial):
+                nonlocal best_ex
                 settings = settings_from_params(suggest_params(trial), tuning.settings)
                 trial_config = replace(tuning, settings=settings, name=f"{name}-trial{trial.number}")
                 trial_dir = _trial_out(out, trial_config)
                 trial.set_user_attr("out", str(trial_dir))
-                with tracker.trial(f"trial-{trial.number}"):
-                    tracker.log_params({"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}})
+                with tracker.trial(f"trial-{trial.number}",
+                                   {"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}}):
                     factory = factory_for(trial_config, trial_dir)
                     try:
-                        summary = run_eval(trial_config, trial_dir, factory, progress=progress)
+                        summary = run_eval(trial_config, trial_dir, factory, progress=progress,
+                                           tracker=tracker.live(trial_config))
                     except KeyboardInterrupt:
                         trial.set_user_attr(_INTERRUPTED, True)
                         raise
@@ -458,6 +498,10 @@ def run_study(
                     for key, value in metrics.items():
                         trial.set_user_attr(key, value)
                     tracker.log_metrics(metrics)
+                    tracker.log_step("trial_ex", metrics["ex"], trial.number)
+                    if best_ex is None or metrics["ex"] > best_ex:
+                        best_ex = metrics["ex"]
+                        tracker.log_step("best_ex", best_ex, trial.number)
                 log(f"trial {trial.number}: EX {metrics['ex']:.2f}%, {metrics['lm_calls_per_question']:.2f} LM calls/question")
                 if multi:
                     return metrics["ex"], metrics["lm_calls_per_question"]
@@ -472,9 +516,10 @@ def run_study(
                 settings_path, config_path, best = write_best(study, config, out, multi)
             plots = save_plots(study, out, multi) if completed else {}
             tracker.log_artifacts([settings_path, config_path, *(Path(p) for p in plots.values() if p and p.endswith(".png"))])
-            if best:
-                tracker.log_metrics({"best_ex": best[0]["ex"]})
             status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
         finally:
             tracker.end(status)
         return TuneResult(name, storage, out, len(completed), best, settings_path, config_path, plots,
