@@ -162,3 +162,14 @@ def _sigkill_after(command: list[str], results: Path, answers: int, extra_s: flo
 @pytest.fixture
 def sigkill_after():
     return _sigkill_after
+
+
+@pytest.fixture(autouse=True)
+def no_shipped_programs(tmp_path_factory, monkeypatch):
+    """Runs on the embedded models' names load the programs shipped in programs/compiled/ by
+    default; tests run the bare signatures unless they point ``COMPILED_DIR`` at programs of their
+    own (tests/experiments/test_default_program.py), so a newly shipped program changes no test's
+    prompts. The shipped files themselves are tested there, against the real folder."""
+    from reflect_sql.programs import shipped
+
+    monkeypatch.setattr(shipped, "COMPILED_DIR", tmp_path_factory.mktemp("no-compiled-programs"))

@@ -263,7 +263,8 @@ def test_tune_trials_run_the_program_and_a_resumed_study_keeps_it(compiled_dir, 
 
 # --- the shipped files ---------------------------------------------------------------------------
 
-SHIPPED = sorted(shipped.COMPILED_DIR.glob("*.json"))
+SHIPPED_DIR = shipped.COMPILED_DIR  # read at import, before tests/conftest.py hides it from every test
+SHIPPED = sorted(SHIPPED_DIR.glob("*.json"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
@@ -276,6 +277,7 @@ def test_each_shipped_program_is_named_by_its_lm_and_runs_offline(path, monkeypa
     from reflect_sql.experiments.scripted import oracle_script
     from reflect_sql.lm.scripted import ScriptedLM
 
+    monkeypatch.setattr(shipped, "COMPILED_DIR", SHIPPED_DIR)
     meta = json.loads(path.read_text())["metadata"]["reflect_sql"]
     assert meta["lm"] == f"local/{path.stem}"
     for key in ("optimizer", "train", "command", "report"):

@@ -68,6 +68,6 @@ def test_expected_scores_decide_the_entailment_loop(run, helpers):
     assert asked["EntailmentJudge"] == 10 and asked["GenerateSQL"] is None
 
     stated, lm = run(helpers.Script(GenerateSQL={"sql": GOOD}, EntailmentJudge=judge),
-                     Settings(theta_e=3.1, max_entailment_iterations=1))
+                     Settings(judge_scores="stated", theta_e=3.1, max_entailment_iterations=1))
     assert steps(stated, "entailment")[0]["scores"]["E"] == pytest.approx(0.2 * 5 + 0.8 * 4)
     assert set(lm.engine_impl.logprobs_asked) == {None}
