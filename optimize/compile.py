@@ -37,20 +37,26 @@ from reflect_sql.optimize import labelled
 from reflect_sql.optimize.config import CompileOptions, OptimizeConfig, with_dataset
 from reflect_sql.optimize.program_io import keep_signature_names, predictor_for, save_program, skeleton
 from reflect_sql.optimize.splits import check_disjoint, exclude
+from reflect_sql.programs.invoke import with_expected_scores
 from reflect_sql.settings import Settings
 
 JUDGE_TARGETS = ("semantic_judge", "entailment_judge")
 
 
 class Student(dspy.Module):
-    """One predictor, called with its signature's inputs: what an optimizer compiles for a target."""
+    """One predictor, called with its signature's inputs: what an optimizer compiles for a target.
+
+    It keeps the pipeline predictor's call settings (budget, stop marker, token log-probabilities),
+    and a judge's reply is read as the pipeline reads it (``judge_scores``), so the metric judges
+    the decisions the pipeline would take."""
 
     def __init__(self, predictor: dspy.Predict):
         super().__init__()
-        self.predict = dspy.Predict(predictor.signature)
+        self.predict = dspy.Predict(predictor.signature, **predictor.config)
+        self.role = predictor.signature.__name__
 
     def forward(self, **inputs):
-        return self.predict(**inputs)
+        return with_expected_scores(self.predict(**inputs), self.role)
 
 
 # --- metrics -----------------------------------------------------------------------------------
@@ -132,7 +138,8 @@ def run_optimizer(name: str, student: dspy.Module, fit: list, val: list, metric:
     from dspy.teleprompt import BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
 
     if name == "labeled":
-        return LabeledFewShot(k=options.max_labeled_demos).compile(student, trainset=fit)
+        return LabeledFewShot(k=options.max_labeled_demos).compile(
+            student, trainset=balanced(fit, options.seed), sample=False)
     if name == "bootstrap":
         return BootstrapFewShot(metric=metric, max_bootstrapped_demos=options.max_bootstrapped_demos,
                                 max_labeled_demos=options.max_labeled_demos, max_rounds=1).compile(student, trainset=fit)
@@ -147,6 +154,27 @@ def run_optimizer(name: str, student: dspy.Module, fit: list, val: list, metric:
                             max_labeled_demos=options.max_labeled_demos, num_threads=options.threads, seed=options.seed)
         return optimizer.compile(student, trainset=fit, valset=val or None, requires_permission_to_run=False)
     raise UserError(f"unknown optimizer {name!r}")
+
+
+def balanced(examples: list, seed: int) -> list:
+    """``examples`` in a seeded order that alternates their labels (right, wrong, right, ...), so the
+    first k are as balanced as k allows. Anchors drawn at random from gold and perturbed SQL can all
+    be right, and teach a small judge that every query is right. Unlabelled examples (the
+    generator's) are only shuffled."""
+    rng = random.Random(seed)
+    groups: dict[Any, list] = {}
+    for example in examples:
+        groups.setdefault(example.get("label") if hasattr(example, "get") else None, []).append(example)
+    for group in groups.values():
+        rng.shuffle(group)
+    # Right first: a reader meets what a good query looks like before a flawed one.
+    order = sorted(groups, key=lambda label: (label is not True, str(label)))
+    out = []
+    while any(groups.values()):
+        for label in order:
+            if groups[label]:
+                out.append(groups[label].pop())
+    return out
 
 
 def clean_demos(predictor: dspy.Predict, trim: bool, dialect: str) -> list[dict[str, Any]]:
@@ -275,8 +303,11 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
             }
             report["targets"][target] = entry
             what = "EX" if target == "generator" else "agreement"
-            log(f"{target}: {what} on {len(val)} held-out examples {_pct(before)} -> {_pct(after)}, "
-                f"{len(predictor.demos)} demos ({entry['seconds']}s)")
+            measured = (f"{what} on {len(val)} held-out examples {_pct(before)} -> {_pct(after)}" if val
+                        else "nothing held out (judge_val_fraction 0)")
+            labels = "" if target == "generator" else \
+                " (" + ", ".join("right" if d.get("label", True) else "wrong" for d in compiled.predict.demos) + ")"
+            log(f"{target}: {measured}, {len(predictor.demos)} demos{labels} ({entry['seconds']}s)")
     finally:
         factory.close()
 

@@ -159,7 +159,10 @@ class Judged:
     expected_score: float | None = None
 
 
-def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, lm: dspy.BaseLM) -> Judged:
+def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, lm: dspy.BaseLM,
+               demos: list | None = None) -> Judged:
+    """One judge's reply to one case; ``demos`` (a compiled judge's) are shown in the ``int`` form,
+    the shipped one, whose fields they were written for."""
     signature, value = form_signature(judge, form)
     rubric = RUBRICS[_SIGNATURES[judge].__name__]
     # Every form gets the budget and the stop marker the pipeline gives the judge.
@@ -171,8 +174,11 @@ def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, l
     expected: dict[str, float] | None = None
     probabilities = settings.judge_scores == "expected" and form != "words"
     try:
+        predictor = make_predictor(signature, budget, token_probabilities=probabilities)
+        if demos and form == "int":
+            predictor.demos = [dspy.Example(**d) if isinstance(d, dict) else d for d in demos]
         with dspy.context(lm=lm):
-            out = make_predictor(signature, budget, token_probabilities=probabilities)(**example.inputs())
+            out = predictor(**example.inputs())
         raw = {k: out[k] for k in signature.output_fields}
         mapped = {name: value(name, raw.get(name)) for name in rubric.scores}
         values = None if any(v is None for v in mapped.values()) else mapped  # type: ignore[assignment]
@@ -224,9 +230,47 @@ def markdown(summary: list[dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compiled_demos(program: Path | None, judges: list[str]) -> dict[str, list]:
+    """Each judge's demos in a compiled program ({} without one)."""
+    if program is None:
+        return {}
+    from reflect_sql.optimize.program_io import load_program, predictor_for
+
+    loaded, _ = load_program(program)
+    found = {}
+    for judge in judges:
+        predictor = predictor_for(loaded, f"{judge}_judge")
+        found[judge] = list(predictor.demos) if predictor is not None else []
+    return found
+
+
+def _unseen_by(program: Path, questions: list) -> None:
+    """A compiled judge is measured only on questions its compile never saw."""
+    meta = json.loads(program.read_text(encoding="utf-8"))["metadata"].get("reflect_sql") or {}
+    seen = set((meta.get("train") or {}).get("questions") or [])
+    shared = sorted(q.key for q in questions if q.key in seen)
+    if shared:
+        raise UserError(f"{program} was compiled on {len(shared)} of the questions judged here "
+                        f"({', '.join(map(str, shared[:5]))}): pick a compile.train split disjoint from it")
+
+
+def _same_program(out: Path, program: Path | None) -> None:
+    """An out dir holds the rows of one program: resuming with another would mix two judges in one table."""
+    import hashlib
+
+    marker = out / "program.txt"
+    this = "none" if program is None else f"{program} {hashlib.sha256(program.read_bytes()).hexdigest()}"
+    if marker.exists() and marker.read_text(encoding="utf-8").strip() != this:
+        raise UserError(f"{out} holds rows judged with program {marker.read_text(encoding='utf-8').strip()}, "
+                        f"not {this}: use another --out")
+    marker.write_text(this + "\n", encoding="utf-8")
+
+
 def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str], None] = lambda _: None,
-        lms: tuple | None = None) -> list[dict]:
-    """Judge every labelled case of the config's train split in every form; resumable through ``rows.jsonl``."""
+        lms: tuple | None = None, program: Path | None = None) -> list[dict]:
+    """Judge every labelled case of the config's train split in every form; resumable through ``rows.jsonl``.
+
+    With ``program`` (a compiled program file) the ``int`` form shows each judge's compiled demos."""
     from reflect_sql.experiments.pipeline import PipelineFactory
     from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.lm.factory import configure_lms
@@ -234,9 +278,13 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
 
     experiment = oc.experiment
     settings = experiment.settings.model_copy(update={"use_enrichment": False})
+    demos = compiled_demos(program, judges)
     out.mkdir(parents=True, exist_ok=True)
+    _same_program(out, program)
     evaluated = experiment.dataset.load()
     questions = train_questions(experiment, oc.compile, evaluated)
+    if program is not None:
+        _unseen_by(program, questions)
     generator_lm, judge_lm = lms or configure_lms(settings)
     dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
     # Only its engines and retrievers are used: the judges here are the bare forms, never a compiled program.
@@ -264,7 +312,7 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
                     for form in forms:
                         if (case.question.key, case.kind, judge, form) in seen:
                             continue
-                        r = judge_case(case, judge, form, settings, judge_lm)
+                        r = judge_case(case, judge, form, settings, judge_lm, demos.get(judge))
                         rows.append(r)
                         sink.write(json.dumps(r.__dict__, ensure_ascii=False) + "\n")
                         sink.flush()
@@ -275,7 +323,9 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
     summary = summarize(rows, settings)
     header = (f"Judge scale forms, bare signatures, {settings.effective_judge_lm}, {len(cases)} labelled cases "
               f"({sum(c.correct for c in cases)} right, {sum(not c.correct for c in cases)} wrong); "
-              f"thresholds theta_s={settings.theta_s:g}, theta_e={settings.theta_e:g}, layout {settings.prompt_layout}.")
+              f"thresholds theta_s={settings.theta_s:g}, theta_e={settings.theta_e:g}, layout {settings.prompt_layout}, "
+              f"judge_scores {settings.judge_scores}; "
+              + (f"the int form with the demos of {program}." if program else "no demos."))
     (out / "judge_scale.md").write_text(markdown(summary, header), encoding="utf-8")
     (out / "judge_scale.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary

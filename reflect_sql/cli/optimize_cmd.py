@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="rows.jsonl (resumable), judge_scale.md and .json")
     p.add_argument("--forms", metavar="A,B", help="literal,int,words,verdict_first,flipped (default: all)")
     p.add_argument("--judges", metavar="A,B", help="semantic,entailment (default: both)")
+    p.add_argument("--program", metavar="PROGRAM.json",
+                   help="a compiled program: the int form shows each judge's demos from it (default: no demos)")
     p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting or a config key of the experiment (as for eval)")
     p.set_defaults(func=cmd_judge_scale)
@@ -221,6 +223,7 @@ def cmd_judge_scale(args: argparse.Namespace) -> int:
     forms = _choices(args.forms, FORMS, "--forms")
     judges = _choices(args.judges, JUDGES, "--judges")
     oc = load_optimize_config(args.config, args.set_)
-    summary = run(oc, Path(args.out), forms, judges, log=_note)
+    summary = run(oc, Path(args.out), forms, judges, log=_note,
+                  program=Path(args.program) if args.program else None)
     print(markdown(summary, f"judge scale forms ({args.out}/judge_scale.md)"))
     return 0

@@ -248,3 +248,39 @@ def test_compile_records_the_lm_and_the_command_and_its_file_loads_only_for_that
     with pytest.raises(UserError, match="compiled for local/tiny-model, not for the generator LM local/other"):
         shipped.resolve_program(str(out), "local/other")
     assert capsys.readouterr().err == ""  # a program that records its LM loads without a warning
+
+
+def test_a_judge_student_is_called_and_read_as_the_pipeline_calls_and_reads_it():
+    import dspy
+
+    from reflect_sql.lm.scripted import Probabilities, ScriptedLM
+    from reflect_sql.optimize.compile import Student, entailment_value
+    from reflect_sql.programs.invoke import make_predictor
+    from reflect_sql.settings import Settings
+    from reflect_sql.signatures.entailment_judge import EntailmentJudge
+
+    settings = Settings()
+    pipeline_judge = make_predictor(EntailmentJudge, 77, token_probabilities=True)
+    student = Student(pipeline_judge)
+    assert student.predict.config == pipeline_judge.config  # budget, stop marker and log-probabilities
+    lm = ScriptedLM([{"e_schema": Probabilities({5: 0.5, 3: 0.5}), "e_data": Probabilities({4: 1.0}), "diagnosis": "none"}])
+    with dspy.context(lm=lm):
+        pred = student(question="q", evidence="", schema_context="CREATE TABLE t (a)", sql="SELECT a FROM t",
+                       result_preview="1 row", check_findings="")
+    assert (pred.e_schema, pred.e_data) == (4.0, 4.0) and pred.stated_scores == {"e_schema": 5, "e_data": 4}
+    assert entailment_value(pred, settings) == 4.0
+
+
+def test_labeled_anchors_alternate_right_and_wrong():
+    import dspy
+
+    from reflect_sql.optimize.compile import balanced
+
+    examples = [dspy.Example(sql=f"right {i}", label=True) for i in range(6)] + \
+        [dspy.Example(sql=f"wrong {i}", label=False) for i in range(2)]
+    order = balanced(examples, seed=0)
+    assert [e.label for e in order] == [True, False, True, False, True, True, True, True]
+    assert balanced(examples, seed=0) == order and sorted(e.sql for e in order) == sorted(e.sql for e in examples)
+    assert [e.sql for e in balanced(examples, seed=1)] != [e.sql for e in order]  # seeded, not fixed
+    generator = [dspy.Example(sql=str(i)) for i in range(5)]
+    assert sorted(e.sql for e in balanced(generator, seed=0)) == ["0", "1", "2", "3", "4"]

@@ -94,7 +94,7 @@ def test_expected_scores_are_read_from_the_same_replies_and_ranked_apart():
     assert (expected["scores"], expected["auc"]) == ("expected", 1.0)
     # Without the setting no probabilities are asked for, and only the stated reading is reported.
     lm = ScriptedLM([sure])
-    assert judge_case(_case(True), "entailment", "int", Settings(), lm).expected_values is None
+    assert judge_case(_case(True), "entailment", "int", Settings(judge_scores="stated"), lm).expected_values is None
     assert lm.engine_impl.logprobs_asked == [None]
 
 
@@ -129,3 +129,52 @@ def test_unknown_form_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["judge-scale", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o"), "--forms", "int,bogus"]) == 2
     err = capsys.readouterr().err
     assert "bogus" in err and len(err.strip().splitlines()) == 1
+
+
+def _program_with_judge_demos(path, train_questions):
+    from reflect_sql.optimize.program_io import predictor_for, save_program, skeleton
+
+    program = skeleton("reflect")
+    predictor_for(program, "entailment_judge").demos = [
+        {"question": "DEMO QUESTION zebra", "evidence": "", "schema_context": "CREATE TABLE zebra (id)", "sql": "SELECT 1",
+         "result_preview": "1", "check_findings": "", "e_schema": 2, "e_data": 3, "diagnosis": "DEMO DIAGNOSIS"}]
+    save_program(program, path, {"lm": "local/qwen2.5-coder-1.5b", "train": {"questions": train_questions}})
+    return path
+
+
+def test_a_compiled_program_shows_its_judge_demos_in_the_int_form_only(tiny_dataset, write_config, tmp_path):
+    from reflect_sql.errors import UserError
+    from reflect_sql.lm.scripted import ScriptedLM
+    from reflect_sql.optimize.judge_scale import run
+
+    write_config(tmp_path / "exp.yaml", tiny_dataset, limit=3)
+    (tmp_path / "opt.yaml").write_text("experiment: exp.yaml\ncompile:\n  train: {exclude_eval: true, limit: 3}\n")
+    oc = load_optimize_config(tmp_path / "opt.yaml")
+    prompts = []
+
+    def reply(name, inputs):
+        return {"e_schema": 4, "e_data": 5, "diagnosis": "none"}
+
+    lm = ScriptedLM(reply)
+    original = lm.engine_impl.complete
+
+    def remember(request):
+        prompts.append(" ".join(m.text or "" for m in request.messages))
+        return original(request)
+
+    lm.engine_impl.complete = remember
+    program = _program_with_judge_demos(tmp_path / "p.json", ["not-a-judged-question"])
+    run(oc, tmp_path / "js", ["int", "literal"], ["entailment"], lms=(lm, lm), program=program)
+    rows = [json.loads(line) for line in (tmp_path / "js" / "rows.jsonl").read_text().splitlines()]
+    shown = ["DEMO DIAGNOSIS" in p for p in prompts]
+    assert len(prompts) == len(rows) and sum(shown) == len(rows) // 2  # the int form's calls, not the literal's
+    assert "with the demos of" in (tmp_path / "js" / "judge_scale.md").read_text()
+
+    # The rows of one out dir come from one program.
+    with pytest.raises(UserError, match="use another --out"):
+        run(oc, tmp_path / "js", ["int"], ["entailment"], lms=(lm, lm))
+    # A judge compiled on a judged question is not measured on it.
+    judged = sorted({r["key"] for r in rows})
+    seen = _program_with_judge_demos(tmp_path / "seen.json", judged[:1])
+    with pytest.raises(UserError, match="was compiled on 1 of the questions judged here"):
+        run(oc, tmp_path / "js2", ["int"], ["entailment"], lms=(lm, lm), program=seen)
