@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+from dspy.clients.capabilities import capabilities
 
 from reflect_sql.lm.accounting import CostMeter, lm_scope
 from reflect_sql.lm.adapters import other_adapter
@@ -61,6 +62,19 @@ def with_expected_scores(output: dspy.Prediction, signature_name: str) -> dspy.P
     return output
 
 
+def _unasked_logprobs(predictor: dspy.Module, lm: dspy.BaseLM | None) -> dict[str, Any]:
+    """Per-call config that drops token log-probabilities an LM cannot return (Anthropic's refuse
+    the request): a judge on such an LM is read as stated, not failed."""
+    if not (getattr(predictor, "config", None) or {}).get("logprobs"):
+        return {}
+    target = lm or dspy.settings.lm
+    try:
+        supported = "logprobs" in capabilities(target).params
+    except Exception:  # noqa: BLE001 - an LM DSPy cannot describe is asked for nothing extra
+        supported = False
+    return {} if supported else {"config": {"logprobs": None, "top_logprobs": None}}
+
+
 def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = None, **inputs: Any) -> Call:
     """Run ``predictor(**inputs)`` under ``lm`` (the ambient LM when None) and scope label ``scope``.
 
@@ -73,6 +87,7 @@ def call_predictor(predictor: dspy.Module, scope: str, lm: dspy.BaseLM | None = 
     retried = None
     try:
         with meter, lm_scope(scope), dspy.context(**overrides), lm_failures():
+            inputs = {**inputs, **_unasked_logprobs(predictor, lm)}
             output = predictor(**inputs)
             retried = check(output) if check is not None else None
             if retried is not None:

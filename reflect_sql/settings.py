@@ -106,8 +106,8 @@ class Settings(BaseModel):
     # (experiments/results/judge_scale.md).
     judge_scores: Literal["stated", "expected"] = Field(
         "expected", description="stated: the integers a judge writes; expected: each score's expected value over the "
-        "probabilities the model gave its digits (G-Eval style, read from the reply's token log-probabilities; needs an "
-        "LM that returns them, such as the embedded one).")
+        "probabilities the model gave its digits (G-Eval style, read from the reply's token log-probabilities; a judge "
+        "LM that cannot return them, such as Anthropic's, is read as stated).")
     lm_timeout_s: float = Field(120.0, gt=0)
     lm_retries: int = Field(2, ge=0)
     lm_context_tokens: int = Field(4096, ge=512, description="Context size of the embedded LM.")

@@ -71,3 +71,16 @@ def test_expected_scores_decide_the_entailment_loop(run, helpers):
                      Settings(judge_scores="stated", theta_e=3.1, max_entailment_iterations=1))
     assert steps(stated, "entailment")[0]["scores"]["E"] == pytest.approx(0.2 * 5 + 0.8 * 4)
     assert set(lm.engine_impl.logprobs_asked) == {None}
+
+
+def test_a_judge_lm_without_log_probabilities_is_read_as_stated(run, helpers, monkeypatch):
+    from reflect_sql.lm.scripted import ScriptedEngine
+
+    # An engine like Anthropic's: DSPy knows it cannot return log-probabilities, and it would refuse them.
+    monkeypatch.setattr(ScriptedEngine, "supported_params", frozenset({"temperature", "max_tokens", "stop", "response_format"}))
+    judge = {"e_schema": Probabilities({5: 1.0}), "e_data": Probabilities({4: 0.5, 1: 0.5}), "diagnosis": "none"}
+    pred, lm = run(helpers.Script(GenerateSQL={"sql": GOOD}, EntailmentJudge=judge),
+                   Settings(judge_scores="expected", max_entailment_iterations=1))
+    step = steps(pred, "entailment")[0]
+    assert step["failure"] is None and step["scores"]["E"] == pytest.approx(0.2 * 5 + 0.8 * 4)
+    assert set(lm.engine_impl.logprobs_asked) == {None}
