@@ -178,6 +178,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
             what = "EX" if target == "generator" else "agreement"
             b, a = entry["before"], entry["after"]
             auc = f", AUC {b.get('auc')} -> {a.get('auc')}" if "auc" in b else ""
+            if not b["n"]:
+                print(f"  {target}: nothing held out (judge_val_fraction 0); {entry['demos']} demos")
+                continue
             print(f"  {target}: {what} on {b['n']} held-out {b['accuracy']} -> {a['accuracy']}{auc}; {entry['demos']} demos")
     return 0
 
