@@ -21,6 +21,7 @@ Forms:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -230,13 +231,12 @@ def markdown(summary: list[dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compiled_demos(program: Path | None, judges: list[str]) -> dict[str, list]:
-    """Each judge's demos in a compiled program ({} without one)."""
-    if program is None:
-        return {}
-    from reflect_sql.optimize.program_io import load_program, predictor_for
+def compiled_demos(state: dict[str, Any], judges: list[str], where: Path) -> dict[str, list]:
+    """Each judge's demos in a saved program's ``state``."""
+    from reflect_sql.optimize.program_io import detect_mode, load_state, predictor_for, skeleton
 
-    loaded, _ = load_program(program)
+    loaded = skeleton(detect_mode(state, where))
+    load_state(loaded, state, where=where)
     found = {}
     for judge in judges:
         predictor = predictor_for(loaded, f"{judge}_judge")
@@ -244,22 +244,19 @@ def compiled_demos(program: Path | None, judges: list[str]) -> dict[str, list]:
     return found
 
 
-def _unseen_by(program: Path, questions: list) -> None:
+def _unseen_by(state: dict[str, Any], questions: list, where: Path) -> None:
     """A compiled judge is measured only on questions its compile never saw."""
-    meta = json.loads(program.read_text(encoding="utf-8"))["metadata"].get("reflect_sql") or {}
+    meta = state["metadata"].get("reflect_sql") or {}
     seen = set((meta.get("train") or {}).get("questions") or [])
     shared = sorted(q.key for q in questions if q.key in seen)
     if shared:
-        raise UserError(f"{program} was compiled on {len(shared)} of the questions judged here "
+        raise UserError(f"{where} was compiled on {len(shared)} of the questions judged here "
                         f"({', '.join(map(str, shared[:5]))}): pick a compile.train split disjoint from it")
 
 
-def _same_program(out: Path, program: Path | None) -> None:
+def _same_program(out: Path, this: str) -> None:
     """An out dir holds the rows of one program: resuming with another would mix two judges in one table."""
-    import hashlib
-
     marker = out / "program.txt"
-    this = "none" if program is None else f"{program} {hashlib.sha256(program.read_bytes()).hexdigest()}"
     if marker.exists() and marker.read_text(encoding="utf-8").strip() != this:
         raise UserError(f"{out} holds rows judged with program {marker.read_text(encoding='utf-8').strip()}, "
                         f"not {this}: use another --out")
@@ -278,13 +275,19 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
 
     experiment = oc.experiment
     settings = experiment.settings.model_copy(update={"use_enrichment": False})
-    demos = compiled_demos(program, judges)
+    state, demos, this = {}, {}, "none"
+    if program is not None:
+        from reflect_sql.optimize.program_io import read_state
+
+        state = read_state(program)  # parsed once: its demos and its train split
+        demos = compiled_demos(state, judges, program)
+        this = f"{program} {hashlib.sha256(program.read_bytes()).hexdigest()}"
     out.mkdir(parents=True, exist_ok=True)
-    _same_program(out, program)
+    _same_program(out, this)
     evaluated = experiment.dataset.load()
     questions = train_questions(experiment, oc.compile, evaluated)
     if program is not None:
-        _unseen_by(program, questions)
+        _unseen_by(state, questions, program)
     generator_lm, judge_lm = lms or configure_lms(settings)
     dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
     # Only its engines and retrievers are used: the judges here are the bare forms, never a compiled program.
