@@ -8,6 +8,6 @@ it from the database and its sources (``sources.py``, optionally ``describe.py``
 teaches it verified answers, with history and rollback. ``usage.py`` says which tables and
 columns an SQL query uses.
 
-Entry points: ``build.build_kb``, ``retrieve.Retriever(kb_dir).retrieve(question, k, m)``,
-``enrich.enrich / history / rollback``.
+Entry points: ``build.build_kb``, ``retrieve.Retriever(kb_dir).retrieve(question, k, m)`` and
+``.enrich(question, sql, result, judgments)``, ``enrich.enrich / history / rollback``.
 """

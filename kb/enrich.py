@@ -32,8 +32,9 @@ class EnrichmentResult:
     changes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _check_passed(name: str, judgment: Any) -> str | None:
-    """None when the judgment passed, else the reason it did not.
+def judgment_failure(name: str, judgment: Any) -> str | None:
+    """None when the judgment passed, else the reason it did not. The program asks this too before
+    it offers an answer, so what it calls verified and what the KB accepts cannot drift apart.
 
     A judgment is a bool, or a mapping with ``passed``, or with ``score`` and ``threshold``
     (passed when score >= threshold).
@@ -97,7 +98,7 @@ def _enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments:
     if not judgments:
         reasons.append("no judgments given: nothing shows the answer was verified")
     for name, judgment in (judgments or {}).items():
-        reason = _check_passed(name, judgment)
+        reason = judgment_failure(name, judgment)
         if reason:
             reasons.append(reason)
     shape, reason = _result_shape(result)

@@ -171,6 +171,13 @@ class Retriever:
     def close(self) -> None:
         self.values.close()
 
+    def enrich(self, question: str, sql: str, result: object, judgments: dict, evidence: str = ""):
+        """Teach this KB one verified answer (``kb.enrich.enrich``): the ``Enricher`` the program calls."""
+        # Looked up per call, so a wrapper on kb.enrich.enrich (the reliability suite's ledger) sees it.
+        from reflect_sql.kb import enrich as enrichment
+
+        return enrichment.enrich(self.path, question, sql, result, judgments, evidence=evidence)
+
     # --- join graph ------------------------------------------------------------------------
 
     def _fk_graph(self) -> dict[str, set[str]]:

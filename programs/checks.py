@@ -34,6 +34,20 @@ _BREAKDOWN = re.compile(r"\b(per|each|every|by|for all|list|respectively|group|g
 _TOP_N = re.compile(r"\b(?:top|first|best|last|bottom)\s+(\d+)\b|\b(\d+)\s+(?:most|least|highest|lowest|largest|smallest|best|worst)\b", re.I)
 
 
+# The registry of deterministic checks and their severities. KB enrichment requires every one of
+# them passed (programs/verification.py takes the names from here), and check_result can only
+# report a registered name, so a new check is part of that policy from the moment it exists.
+CHECKS: dict[str, str] = {
+    "empty_result": "warning",
+    "all_null_column": "warning",
+    "integer_division": "error",
+    "division_by_zero": "error",
+    "duplicate_rows": "error",
+    "result_too_large": "warning",
+    "result_truncated": "warning",
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
@@ -42,6 +56,10 @@ class Finding:
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)
+
+
+def _found(check: str, message: str) -> Finding:
+    return Finding(check, CHECKS[check], message)
 
 
 def render_findings(findings: Sequence[Finding]) -> str:
@@ -124,16 +142,16 @@ def check_result(
     n = len(rows)
 
     if n == 0:
-        findings.append(Finding("empty_result", "warning", "the query returned no rows; check filter values, joins and literals"))
+        findings.append(_found("empty_result", "the query returned no rows; check filter values, joins and literals"))
 
     for i, name in enumerate(columns):
         if n and all(r[i] is None for r in rows):
-            findings.append(Finding("all_null_column", "warning", f"column {name!r} is NULL in every one of the {n} rows"))
+            findings.append(_found("all_null_column", f"column {name!r} is NULL in every one of the {n} rows"))
 
     if _RATIO_WORDS.search(question):
         for div in integer_divisions(sql, schema() if callable(schema) else schema, dialect):
-            findings.append(Finding(
-                "integer_division", "error",
+            findings.append(_found(
+                "integer_division",
                 f"the question asks for a rate/ratio/percentage but `{div}` divides two integers, which "
                 "truncates the result; CAST the numerator AS REAL (or multiply by 1.0) before dividing",
             ))
@@ -141,8 +159,8 @@ def check_result(
     for i in _division_columns(sql, dialect, len(columns)):
         nulls = sum(1 for r in rows if r[i] is None)
         if nulls:
-            findings.append(Finding(
-                "division_by_zero", "error",
+            findings.append(_found(
+                "division_by_zero",
                 f"column {columns[i]!r} is a division and is NULL in {nulls} of {n} rows: a zero (or NULL) "
                 "denominator; keep only rows whose denominator is > 0",
             ))
@@ -150,27 +168,27 @@ def check_result(
     if n > 1 and _DISTINCT_WORDS.search(question):
         distinct = len({tuple(r) for r in rows})
         if distinct < n:
-            findings.append(Finding(
-                "duplicate_rows", "error",
+            findings.append(_found(
+                "duplicate_rows",
                 f"the question asks for distinct values but {n - distinct} of the {n} rows are duplicates; use DISTINCT or GROUP BY",
             ))
 
     expected = _expected_rows(question)
     if expected is not None and n > expected:
-        findings.append(Finding(
-            "result_too_large", "warning",
+        findings.append(_found(
+            "result_too_large",
             f"the question implies at most {expected} row(s) but the result has {n}{' (truncated)' if truncated else ''}; "
             "check aggregation, GROUP BY and LIMIT",
         ))
     elif truncated:
-        findings.append(Finding("result_truncated", "warning", f"the result was cut at {n} rows; the question may need aggregation or a filter"))
+        findings.append(_found("result_truncated", f"the result was cut at {n} rows; the question may need aggregation or a filter"))
     return findings
 
 
 def execution_findings(error_message: str) -> list[Finding]:
     """Findings an engine error implies; PostgreSQL raises on x/0 where SQLite returns NULL."""
     if "division by zero" in error_message.lower():
-        return [Finding("division_by_zero", "error", "the query divided by zero; keep only rows whose denominator is > 0")]
+        return [_found("division_by_zero", "the query divided by zero; keep only rows whose denominator is > 0")]
     return []
 
 

@@ -4,9 +4,9 @@
               ^                                        |
               +---- E < theta_e: diagnosis ------------+   (at most max_entailment_iterations rounds)
 
-On success (every judge at or above its threshold and no check finding) the verified answer goes to
-KB enrichment. When a cap is hit the best candidate so far is returned with its scores, never nothing.
-Each ablation switch in settings removes exactly its loop.
+On success (every judge at or above its threshold and no check finding: ``programs/verification.py``)
+the verified answer goes to KB enrichment. When a cap is hit the best candidate so far is returned
+with its scores, never nothing. Each ablation switch in settings removes exactly its loop.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from reflect_sql.programs.retriever import Retriever
 from reflect_sql.programs.selection import select
 from reflect_sql.programs.synthesis_loop import SynthesisLoop
 from reflect_sql.programs.trace import Trace, TraceStep, json_safe
+from reflect_sql.programs.verification import fully_verified
 from reflect_sql.settings import Settings
 
 
@@ -111,22 +112,11 @@ class ReflectSQL(dspy.Module):
             feedback = self.entailment_loop(question=question, evidence=evidence, candidate=candidate, trace=trace, round=rnd)
             best = better(best, candidate)
             if candidate.passed_entailment:
-                success = self._passed_everything(candidate)
+                success = fully_verified(candidate, s)
                 self._conclude(trace, candidate, "success" if success else "entailed, but a check or judge fell short")
                 return candidate, context, success
         self._conclude(trace, best, f"cap reached ({rounds} rounds): returning the best candidate")
         return best, context, False
-
-    def _passed_everything(self, c: Candidate) -> bool:
-        """Only a fully verified answer may teach the KB: a warning or a judge below threshold bars it."""
-        s = self.settings
-        return (
-            bool(c.passed_entailment)
-            and not c.findings
-            and c.passed_semantic is not False
-            and c.compiles is not False
-            and (c.retrieval_score is None or c.retrieval_score >= s.theta_r)
-        )
 
     def _conclude(self, trace: Trace, c: Candidate | None, decision: str) -> None:
         scores = c.scores() if c is not None else {}

@@ -75,6 +75,18 @@ def test_enrichment_history_rollback_restores_exactly(kb_dir, settings):
         rollback(kb_dir, 9)
 
 
+def test_a_retriever_enriches_its_own_kb(kb_dir, settings):
+    retriever = Retriever(kb_dir, settings)
+    try:
+        result = retriever.enrich(QUESTION, SQL, RESULT, PASSED, evidence="heat course means Thermodynamics")
+    finally:
+        retriever.close()
+    assert result.accepted and result.version == 2
+    (entry,) = [e for e in history(kb_dir) if e["action"] == "enrich"]
+    assert entry["provenance"]["evidence"] == "heat course means Thermodynamics"
+    assert KBDir(kb_dir).load().examples[0].sql == SQL
+
+
 @pytest.mark.parametrize("case", ["failed judgment", "no judgments", "not executed", "unknown table",
                                   "alias to a missing value"])
 def test_refused_enrichment_changes_nothing(kb_dir, case):

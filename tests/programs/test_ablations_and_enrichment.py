@@ -130,6 +130,18 @@ def test_a_semantic_judgment_below_threshold_bars_enrichment(run, helpers, retri
     assert not retriever.enriched
 
 
+def test_the_program_decides_verified_only_by_the_one_policy(run, helpers, retriever, monkeypatch):
+    # Every judge and check passes here, so only the policy's verdict can bar the enrichment.
+    from reflect_sql.programs import reflect_sql as program
+
+    asked = []
+    monkeypatch.setattr(program, "fully_verified", lambda c, settings: asked.append(c.sql) or False)
+    pred, _ = run(helpers.Script(GenerateSQL={"sql": GOOD}))
+    assert asked == [GOOD] and pred.sql == GOOD
+    assert not retriever.enriched
+    assert steps(pred, "enrichment")[0]["decision"].startswith("skipped")
+
+
 def _answer_with(engine, retriever, helpers):
     import dspy
 

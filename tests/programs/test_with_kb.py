@@ -14,12 +14,14 @@ def test_verified_answer_enriches_a_real_kb_and_a_failed_one_does_not(db_path, e
     from reflect_sql.kb.enrich import history
     from reflect_sql.kb.retrieve import Retriever
     from reflect_sql.programs import build_program
+    from reflect_sql.programs.retriever import Enricher
 
     kb_dir = tmp_path / "kb"
     settings = Settings()
     build_kb(db_path, kb_dir, settings)
     before = len(history(kb_dir))
     retriever = Retriever(kb_dir, settings)
+    assert isinstance(retriever, Enricher)  # the KB is what the program enriches, by protocol
     try:
         program = build_program(settings, engine, retriever)
         naive = "SELECT name, returns / orders AS return_rate FROM stores"
