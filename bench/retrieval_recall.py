@@ -77,7 +77,7 @@ def evaluate(dataset: str, questions, kb_dirs: dict[str, Path], settings: Settin
         rows[q.db_id].append((
             _ratio(len(gt & got_tables), len(gt)), gt <= got_tables,
             _ratio(len(gc & got_columns), len(gc)), gc <= got_columns,
-            len(got_columns) / total_columns,
+            len(got_columns) / total_columns, ctx.pruned,
         ))
         if misses is not None and not (gt <= got_tables and gc <= got_columns):
             misses.append({"db_id": q.db_id, "question": q.question, "evidence": q.evidence,
@@ -92,6 +92,9 @@ def evaluate(dataset: str, questions, kb_dirs: dict[str, Path], settings: Settin
             "column_fraction": round(sum(r[4] for r in items) / n, 4),
             "table_all": round(sum(r[1] for r in items) / n, 4),
             "column_all": round(sum(r[3] for r in items) / n, 4),
+            # Share of questions by what retrieval left out: "none" (the whole database fitted the
+            # budget), "tables", or "tables and columns".
+            "pruned": {mode: round(sum(r[5] == mode for r in items) / n, 4) for mode in sorted({r[5] for r in items})},
             "questions": n,
         }
 
@@ -113,11 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db-ids", help="comma-separated subset of databases")
     parser.add_argument("--kb-root", type=Path, default=DEFAULT_KB_ROOT, help=f"where KBs are built (default {DEFAULT_KB_ROOT})")
     parser.add_argument("--config", help="settings YAML")
+    parser.add_argument("--budget", type=int, help="context budget in estimated tokens (default: settings "
+                        "context_budget_tokens; 0 prunes by k and m only, as the paper)")
     parser.add_argument("--misses", type=Path, help="write the questions with something missing to this JSON file")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
+        if args.budget is not None:
+            settings = settings.model_copy(update={"context_budget_tokens": args.budget})
         questions = load_dataset(args.dataset, args.root, db_ids=parse_db_ids(args.db_ids))
         started = time.perf_counter()
         kb_dirs = build_kbs(args.dataset, questions, args.kb_root, settings)
@@ -127,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate(args.dataset, questions, kb_dirs, settings, args.k, args.m, misses=misses)
         result["k"] = args.k or settings.k_tables
         result["m"] = args.m or settings.m_columns
+        result["context_budget_tokens"] = settings.context_budget_tokens
         result["seconds_build"] = round(built, 2)
         result["seconds_retrieval"] = round(time.perf_counter() - started, 2)
     except UserError as exc:
@@ -140,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.dataset}: k={result['k']} m={result['m']}  questions={result['questions']}")
     print(f"  table recall {result['table_recall']:.3f} (target >= 0.98)   all tables {result['table_all']:.3f}")
     print(f"  column recall {result['column_recall']:.3f} (target >= 0.95)   all columns {result['column_all']:.3f}")
-    print(f"  column fraction {result['column_fraction']:.3f} (target <= 0.30)")
+    print(f"  column fraction {result['column_fraction']:.3f}   budget {result['context_budget_tokens']} tokens, "
+          f"pruned: " + ", ".join(f"{mode} {share:.0%}" for mode, share in result["pruned"].items()))
     for db, r in result["per_database"].items():
         print(f"  {db:28s} n={r['questions']:4d} tables {r['table_recall']:.3f} columns {r['column_recall']:.3f} "
-              f"fraction {r['column_fraction']:.3f}")
+              f"fraction {r['column_fraction']:.3f} whole {r['pruned'].get('none', 0):.0%}")
     return 0
 
 

@@ -157,9 +157,11 @@ def table_row(record: dict[str, Any]) -> dict[str, Any]:
         "correct": bool(record.get("correct")),
         "error": record.get("error"),
     }
+    # Every score gets its column, empty when not judged (a whole-schema context is never
+    # retrieval-judged), so the table has the same columns whatever the variant.
     for key, value in (record.get("scores") or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            row[f"score_{key}"] = float(value)
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        row[f"score_{key}"] = float(value) if numeric else None
     for key in ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "lm_seconds", "seconds"):
         if key in cost:
             row[key] = cost[key]

@@ -16,6 +16,20 @@ DESCRIPTION_CHARS = 110
 VALUE_NOTE_CHARS = 110
 SAMPLES_SHOWN = 3
 
+# What retrieval left out of a context (``SchemaContext.pruned``): nothing, only whole tables, or
+# tables and then columns within the kept ones (the paper's k and m).
+WHOLE_DATABASE = "none"
+TABLES_ONLY = "tables"
+TABLES_AND_COLUMNS = "tables and columns"
+# Qwen2.5's tokenizer read whole rendered schemas at 2.9 (the restaurant's, with Vietnamese values)
+# to 3.6 (BIRD's superhero) characters a token; 2.8 keeps the estimate on the safe side of the
+# prompt budget without loading a tokenizer.
+CHARS_PER_TOKEN = 2.8
+
+
+def estimated_tokens(text: str) -> int:
+    return int(len(text) / CHARS_PER_TOKEN) + 1
+
 
 @dataclass
 class ContextColumn:
@@ -129,6 +143,7 @@ class SchemaContext:
     values: list[ValueMatch] = field(default_factory=list)
     examples: list[ExampleHit] = field(default_factory=list)
     terms: dict[str, str] = field(default_factory=dict)
+    pruned: str = TABLES_AND_COLUMNS
 
     @property
     def tables(self) -> list[str]:
@@ -144,6 +159,7 @@ class SchemaContext:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "pruned": self.pruned,
             "tables": self.tables,
             "columns": self.columns,
             "values": [v.to_json() for v in self.values],
@@ -156,7 +172,8 @@ class SchemaContext:
         # Lazy, like kb/build.py: the db room (and sqlglot with it) loads only when a schema is shown.
         from reflect_sql.db.identifiers import quote_identifier
 
-        lines = [f"-- Schema ({self.dialect}): retrieved tables and columns; column meanings and sample values as comments."]
+        scope = "the whole database" if self.pruned == WHOLE_DATABASE else "retrieved tables and columns"
+        lines = [f"-- Schema ({self.dialect}): {scope}; column meanings and sample values as comments."]
         matched = {(v.table.lower(), v.column.lower()): v.value for v in self.values}
         for table in self.entries:
             head = f"CREATE TABLE {quote_identifier(table.name, self.dialect, only_if_needed=True)} ("

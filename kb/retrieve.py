@@ -21,6 +21,11 @@ more context even for a question that gives no new evidence.
 
 Without evidence thresholds, every table of a small database with its join keys would pass
 (Spider's keys alone are 12-44% of their columns); they are what keeps prompts small.
+
+Pruning is by budget (``context_budget_tokens``), not by habit: a database whose whole schema fits
+the budget is passed whole, and else the selected tables with every column when they fit. Only
+beyond the budget do k and m prune, and then the lowest-scored columns go until the context fits
+(key and join columns stay). ``SchemaContext.pruned`` says which applied.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from reflect_sql.kb.context import ContextColumn, ContextTable, ExampleHit, JoinEdge, SchemaContext, fk_graph, fk_path
+from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATABASE, ContextColumn, ContextTable,
+                                    ExampleHit, JoinEdge, SchemaContext, estimated_tokens, fk_graph, fk_path)
 from reflect_sql.kb.documents import GLOBAL, collection_for_table
 from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
@@ -281,12 +287,61 @@ class Retriever:
         chosen = [n for i, n in enumerate(ranked[:k]) if i == 0 or strong[n] or scores[n] >= top - margin]
         bridges = self.connect(chosen)
         selected = chosen + bridges
-        selected_set = set(selected)
 
-        # Join edges among the selected tables; their key columns are always kept.
-        joins, join_keys, references = self._joins(selected_set)
+        shown_examples = [ExampleHit(meta.get("text", ""), meta.get("sql", ""), sim) for _, sim, meta in hits
+                          if sim >= w.example_show_similarity][: w.examples_shown]
+        terms = {t: d for t, d in self.kb.terms.items() if f" {fold(t)} " in f" {fold(text)} "}
 
-        # Step 2: columns within each selected table.
+        def context(tables: list[str], every_column: bool, pruned: str) -> SchemaContext:
+            entries, joins = self._entries(tables, set(bridges), scores, named, evidence_of, example_columns,
+                                           vector, m, floor, every_column)
+            return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
+                                 values=[v for v in matches if v.table in set(tables)], examples=shown_examples,
+                                 terms=terms, pruned=pruned)
+
+        # Prune by budget, not by habit: pruning a schema that fits the prompt saves nothing and can
+        # lose the answer. The whole database keeps the KB's table order, so consecutive questions on
+        # one database share the prompt prefix the engine's cache serves.
+        budget = st.context_budget_tokens
+        if budget:
+            whole = context([t.name for t in self.kb.tables], True, WHOLE_DATABASE)
+            if estimated_tokens(whole.render()) <= budget:
+                return whole
+            tables_whole = context(selected, True, TABLES_ONLY)
+            if estimated_tokens(tables_whole.render()) <= budget:
+                return tables_whole
+        pruned = context(selected, False, TABLES_AND_COLUMNS)
+        return self._trim(pruned, budget) if budget else pruned
+
+    def columns_meaning(self, text: str, limit: int = 3) -> list[tuple[str, str, float]]:
+        """The ``limit`` columns whose documents (name, description, values) mean ``text`` most,
+        as (table, column, cosine similarity), best first: the columns a name that exists nowhere,
+        such as ``dish_name``, was most likely meant to be."""
+        vector = self._embed(text)
+        scored = [(sim, table.name, column) for table in self.kb.tables
+                  for column, sim in self.store.similarities(collection_for_table(table.name), vector).items()]
+        scored.sort(key=lambda x: (-x[0], x[1], x[2]))
+        return [(table, column, sim) for sim, table, column in scored[:limit]]
+
+    @staticmethod
+    def _trim(context: SchemaContext, budget: int) -> SchemaContext:
+        """Drop the lowest-scored columns of ``context`` until it fits ``budget``; key and join
+        columns always stay (without them no join can be written)."""
+        droppable = sorted(((c.score, t.name, c.name) for t in context.entries for c in t.columns
+                            if not {"join", "key"} & set(c.why)), reverse=True)
+        while droppable and estimated_tokens(context.render()) > budget:
+            _, table, column = droppable.pop()
+            for entry in context.entries:
+                if entry.name == table:
+                    entry.columns = [c for c in entry.columns if c.name != column]
+        return context
+
+    def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], named: dict[str, float],
+                 evidence_of: dict, example_columns: dict[str, float], vector, m: int, floor: float,
+                 every_column: bool) -> tuple[list[ContextTable], list[JoinEdge]]:
+        """Step 2: the columns shown of each selected table, and the join edges among them."""
+        w = self.weights
+        joins, join_keys, references = self._joins(set(selected))
         entries = []
         for name in selected:
             table = self.kb.table(name)
@@ -307,20 +362,14 @@ class Retriever:
                 else:
                     rest.append((score, c, why or ["semantic"]))
             rest.sort(key=lambda x: -x[0])
-            kept += [x for x in rest[:m] if x[0] >= floor]
+            kept += rest if every_column else [x for x in rest[:m] if x[0] >= floor]
             order = {c.name: i for i, c in enumerate(table.columns)}
             kept.sort(key=lambda x: order[x[1].name])
             entries.append(ContextTable(
                 name=table.name, description=table.description, score=scores[name], bridge=name in bridges,
                 total_columns=len(table.columns),
                 columns=[self._context_column(c, s, why, references.get((name, c.name))) for s, c, why in kept]))
-
-        shown_examples = [ExampleHit(meta.get("text", ""), meta.get("sql", ""), sim) for _, sim, meta in hits
-                          if sim >= w.example_show_similarity][: w.examples_shown]
-        kept_values = [v for v in matches if v.table in selected_set]
-        terms = {t: d for t, d in self.kb.terms.items() if f" {fold(t)} " in f" {fold(text)} "}
-        return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
-                             values=kept_values, examples=shown_examples, terms=terms)
+        return entries, joins
 
     def _joins(self, tables: set[str]) -> tuple[list[JoinEdge], set[tuple[str, str]], dict[tuple[str, str], str]]:
         """The FK edges among ``tables``, their key columns, and each referencing column's target."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import dspy
 
+from reflect_sql.kb.context import WHOLE_DATABASE
 from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.sql_text import reads_as_sql
 from reflect_sql.programs.handles import Handles
@@ -60,6 +61,11 @@ class RetrievalLoop(dspy.Module):
             outcome = RetrievalOutcome(context, None, state.query, state.k, state.m)
             if not s.use_retrieval_loop:
                 step.decision = "retrieved once (retrieval loop off)"
+                return outcome
+            if getattr(context, "pruned", None) == WHOLE_DATABASE:
+                # Neither a rewrite nor a wider k and m can add to the whole database: the judge's
+                # verdict could change nothing, so it is not asked.
+                step.decision = "accept: the whole database fits the context budget"
                 return outcome
 
             call = call_predictor(

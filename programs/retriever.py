@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from reflect_sql.db.identifiers import quote_identifier
 from reflect_sql.db.schema import Schema
+from reflect_sql.kb.context import WHOLE_DATABASE
 
 
 @runtime_checkable
@@ -66,6 +67,7 @@ class SchemaContext:
     columns: list[str] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
     examples: list[Any] = field(default_factory=list)
+    pruned: str = WHOLE_DATABASE  # nothing: the retrieval judge has nothing to widen
 
     def render(self) -> str:
         fks_by_table: dict[str, list[str]] = {}

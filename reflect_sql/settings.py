@@ -43,6 +43,11 @@ class Settings(BaseModel):
     k_growth: int = Field(2, ge=0, description="Tables added to k each time retrieval is judged insufficient.")
     m_growth: int = Field(4, ge=0, description="Columns added to m each time retrieval is judged insufficient.")
     max_retrieval_iterations: int = Field(3, ge=1, description="Cap on retrieval-loop rounds.")
+    context_budget_tokens: int = Field(
+        1536, ge=0, description="Prompt budget of a KB schema context, in estimated tokens. A database whose "
+        "whole schema fits is passed whole (and the retrieval judge, with nothing to add, is not asked); else the "
+        "retrieved tables with all their columns, when they fit; else k and m prune as in the paper. 0: always "
+        "prune by k and m.")
 
     # --- Synthesis loop (paper section 4) ---
     theta_s: float = Field(5.0, description="Semantic threshold on S (scale 1-10).")

@@ -23,7 +23,8 @@ def test_overhead_bench_json(benchmarks_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["questions"] == 4 and result["ex_overall"] == 100.0  # the oracle answers with gold SQL
-    assert result["lm_calls_per_question"] >= 4 and result["sql_calls_per_question"] >= 1
+    # Generation and two judges at least; a whole-schema context (--no-kb) is not retrieval-judged.
+    assert result["lm_calls_per_question"] >= 3 and result["sql_calls_per_question"] >= 1
     assert sum(result["share"].values()) == pytest.approx(1.0, abs=0.01)
     assert 0 < result["seconds_per_question"] < 60
     assert 0 < result["overhead_share_with_embedded_lm"] < 0.5

@@ -11,6 +11,7 @@ import pytest
 
 from reflect_sql.db import open_engine
 from reflect_sql.lm.scripted import ScriptedLM
+from reflect_sql.kb.context import TABLES_AND_COLUMNS
 from reflect_sql.programs.retriever import SchemaRetriever
 from reflect_sql.settings import Settings
 
@@ -113,7 +114,10 @@ def engine(db_path):
 
 
 class RecordingRetriever(SchemaRetriever):
-    """The whole-schema retriever that remembers each request and can play a KB for enrichment."""
+    """The whole-schema retriever that remembers each request and can play a KB for enrichment.
+
+    Its contexts say they were pruned, as a KB's over a schema beyond the budget would: the loop
+    tests drive the retrieval judge, which is not asked about a whole database."""
 
     def __init__(self, schema, enrich_error: Exception | None = None):
         super().__init__(schema)
@@ -123,7 +127,9 @@ class RecordingRetriever(SchemaRetriever):
 
     def retrieve(self, question: str, k: int, m: int, evidence: str = ""):
         self.requests.append((question, k, m))
-        return super().retrieve(question, k, m, evidence)
+        context = super().retrieve(question, k, m, evidence)
+        context.pruned = TABLES_AND_COLUMNS
+        return context
 
     def enrich(self, question, sql, result, judgments):
         if self.enrich_error is not None:

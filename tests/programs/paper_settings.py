@@ -15,6 +15,8 @@ PAPER = dict(
     theta_e=3.0, beta=0.2, max_entailment_iterations=2,
     use_retrieval_loop=True, use_syntax_reflection=True, use_semantic_reflection=True, use_entailment=True,
     use_enrichment=True, json_adapter_fallback=True,
+    # The paper prunes by k and m whatever the schema's size; the budget has its own tests.
+    context_budget_tokens=0,
 )
 
 

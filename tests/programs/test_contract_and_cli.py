@@ -79,8 +79,9 @@ def test_ask_json_prints_exactly_the_contract(db_path, scripted_lms, capsys):
     assert code == 0
     assert list(out) == ["sql", "columns", "rows", "scores", "trace", "cost"]
     assert out["sql"] == GOOD and out["rows"] == [["North", 0.3], ["East", 0.25]]
-    assert out["cost"]["lm_calls"] == 4
-    assert {n for n, _ in scripted_lms["judge"].calls} == {"RetrievalJudge", "SemanticJudge", "EntailmentJudge"}
+    # Without --kb-dir the whole schema is the context: no retrieval judge, as nothing could widen it.
+    assert out["cost"]["lm_calls"] == 3
+    assert {n for n, _ in scripted_lms["judge"].calls} == {"SemanticJudge", "EntailmentJudge"}
 
 
 def test_ask_flags_turn_the_loops_off(db_path, scripted_lms, capsys):
@@ -104,7 +105,7 @@ def test_ask_prints_the_answer_the_sql_and_the_trace(db_path, scripted_lms, caps
     assert main(["ask", "--db", db_path, "What is the return rate of each store?"]) == 0
     text = capsys.readouterr().out
     for expected in ("SQL", "CAST(returns AS REAL)", "North", "0.30", "Trace", "retrieve", "semantic",
-                     "entail", "cost: 4 LM calls"):
+                     "entail", "cost: 3 LM calls"):  # no retrieval judge over the whole schema
         assert expected in text, expected
     # The SQL is printed whole on its own line; the trace is one line per step within 80 columns.
     assert "SELECT name, CAST(returns AS REAL) / orders AS return_rate FROM stores WHERE orders > 0" in text.splitlines()

@@ -450,3 +450,18 @@ def test_extra_candidates_join_the_pool_and_a_vote_can_overrule_the_loops(run, h
             assert steps(pred, "enrichment")[-1]["decision"].startswith("skipped")
         else:
             assert not steps(pred, "selection")
+
+
+def test_a_whole_database_context_is_accepted_without_asking_the_retrieval_judge(engine, helpers):
+    """Neither a rewrite nor a wider k and m can add to the whole database, so no judge call is spent."""
+    from conftest import run_program
+
+    from reflect_sql.programs.retriever import SchemaRetriever
+
+    whole = SchemaRetriever(engine.introspect())
+    script = helpers.Script(RetrievalJudge=[helpers.retrieval(1, 1)], GenerateSQL={"sql": COUNT_SQL})
+    pred, lm = run_program(engine, whole, script, Settings(theta_r=9), question=COUNT_Q)
+    assert "RetrievalJudge" not in helpers.calls_by_signature(lm)
+    (step,) = steps(pred, "retrieval")
+    assert step["decision"] == "accept: the whole database fits the context budget"
+    assert pred.sql == COUNT_SQL and len(pred.rows) == 1  # the pipeline carried on
