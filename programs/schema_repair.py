@@ -14,7 +14,9 @@ rules do, each switched by its own setting:
 - ``pull_in_tables`` (``repair_pull_tables``): a column only a table outside the query has: the
   feedback names that table and its foreign-key join path, and the table joins the schema context;
 - ``suggest_names`` (``repair_suggest_names``): an unknown table, or a column no table has: the
-  closest names go into the feedback;
+  closest names go into the feedback; with a KB, so do the columns whose documents mean the name
+  (``dish_name``: menu_items.name, "name of the dish"), and their tables join the context with
+  their join paths;
 - ``suggest_values`` (``repair_suggest_values``): a string literal compared with a column whose
   indexed values never include it: the nearest stored values (only with a KB value index).
 """
@@ -45,6 +47,10 @@ NEAR_VALUES = 3
 VALUE_CUTOFF = 0.5
 MAX_NOTES = 8  # a small model's prompt has no room for a long list, and the first few matter most
 MAX_OWNERS = 2  # tables named for a column found outside the query
+MEANT_COLUMNS = 2
+# Cosine similarity of a name's words to a column document (all-MiniLM-L6-v2). On the restaurant
+# KB "dish name" found menu_items.name at 0.52, and a nonsense name's best match scored 0.23.
+MEANING_CUTOFF = 0.35
 
 MISPLACED = "misplaced"  # qualified with a table or alias of the query that lacks the column, or an unknown alias
 OUTSIDE = "outside"  # qualified with a table the query does not use
@@ -84,6 +90,8 @@ class Repair:
     notes: list[str] = field(default_factory=list)
     pull: dict[str, list[str]] = field(default_factory=dict)  # table -> columns, for the context
     fired: list[str] = field(default_factory=list)
+    # (text) -> [(table, column, similarity)], best first: the KB's columns that mean ``text``.
+    meaning: Callable[[str], list[tuple[str, str, float]]] | None = None
 
     def has(self, table: Table, column: str) -> bool:
         return table.column(column) is not None or column.lower() in IMPLICIT_COLUMNS.get(self.dialect, ())
@@ -411,12 +419,31 @@ def suggest_names(state: Repair) -> None:
         columns += [(f"{t.name}.{c.name}", c.name) for t in state.schema.tables if t.name not in state.query_tables
                     for c in t.columns]
         close = _closest(ref.name, columns)
+        meant = _meant(state, ref.name)
+        meant_labels = [f"{t}.{c}" for t, c in meant if f"{t}.{c}" not in close]
         # Small models write strings in double quotes, which name columns (PostgreSQL refuses them).
         quoted = not ref.node.table and ref.node.this.args.get("quoted")
-        state.note("suggest_names", f"- {ref.text}: no table has a column {ref.name}"
-                   + (f"; the closest columns: {', '.join(close)}" if close else "")
-                   + ("; if it is a string, write it in single quotes" if quoted else ""))
+        lines = [f"- {ref.text}: no table has a column {ref.name}"
+                 + (f"; the closest columns: {', '.join(close)}" if close else "")
+                 + (f"; by meaning: {', '.join(meant_labels)}" if meant_labels else "")
+                 + ("; if it is a string, write it in single quotes" if quoted else "")]
+        graph = fk_graph(state.foreign_keys)
+        for table, column in meant:
+            if table in state.query_tables:
+                continue
+            state.pull.setdefault(table, [])
+            if column not in state.pull[table]:
+                state.pull[table].append(column)
+            lines.append(f"  {_join_text(state, fk_path(graph, state.query_tables, table), table)}")
+        state.note("suggest_names", "\n".join(lines))
         ref.handled = True
+
+
+def _meant(state: Repair, name: str) -> list[tuple[str, str]]:
+    """The KB's columns that mean ``name`` (its words, "dish name"), best first; [] without a KB."""
+    if state.meaning is None or not (text := " ".join(split_identifier(name))):
+        return []
+    return [(table, column) for table, column, sim in state.meaning(text)[:MEANT_COLUMNS] if sim >= MEANING_CUTOFF]
 
 
 def _comparisons(tree: exp.Expression) -> Iterable[tuple[exp.Column, str, str]]:
@@ -501,10 +528,12 @@ def enabled(settings: Settings) -> bool:
 
 
 def repair(sql: str, error: str, schema: Schema, settings: Settings, dialect: str,
-           foreign_keys: list[Any] | None = None, values: ValueIndex | None = None) -> Outcome | None:
+           foreign_keys: list[Any] | None = None, values: ValueIndex | None = None,
+           meaning: Callable[[str], list[tuple[str, str, float]]] | None = None) -> Outcome | None:
     """Run the enabled rules on ``sql``, which failed to compile with ``error``.
 
-    ``foreign_keys`` default to the schema's (a KB's may add those of a tables.json). Returns None
+    ``foreign_keys`` default to the schema's (a KB's may add those of a tables.json); ``meaning``
+    (a KB's ``columns_meaning``) finds the columns a name that exists nowhere meant. Returns None
     when no rule is enabled or the SQL is not one statement sqlglot can scope: the engine's error is
     then all the repairer gets.
     """
@@ -517,6 +546,7 @@ def repair(sql: str, error: str, schema: Schema, settings: Settings, dialect: st
             return None
         state = _analyse(trees[0], schema, dialect, error,
                          list(foreign_keys if foreign_keys is not None else schema.foreign_keys), values)
+        state.meaning = meaning
     except (SqlglotError, RecursionError):
         return None
     for apply in rules:

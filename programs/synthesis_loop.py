@@ -285,7 +285,8 @@ class SynthesisLoop(dspy.Module):
             kb = getattr(retriever, "kb", None)
             outcome = schema_repair.repair(candidate.sql, error, schema, s, self.handles.engine.dialect,
                                            foreign_keys=getattr(kb, "foreign_keys", None),
-                                           values=getattr(retriever, "values", None))
+                                           values=getattr(retriever, "values", None),
+                                           meaning=getattr(retriever, "columns_meaning", None))
             if outcome is None or not (outcome.rewrites or outcome.notes):
                 return error
             extend = getattr(retriever, "extend", None)

@@ -219,6 +219,32 @@ def test_a_misspelt_column_gets_the_closest_names(run, helpers):
     assert pred.sql == TALL and pred.rows
 
 
+def test_a_name_no_table_has_pulls_in_the_table_whose_column_means_it(engine, kb_retriever, helpers):
+    """``T1.power`` exists nowhere; the KB's column documents say which columns mean "power", and
+    their tables join the context with their join paths (retrieval showed superhero alone)."""
+    unknown = "SELECT T1.power FROM superhero AS T1 WHERE T1.superhero_name = '3-D Man'"
+    settings = Settings(k_tables=1, m_columns=2)
+    script = helpers.Script(GenerateSQL={"sql": unknown}, RepairSQL={"repaired_sql": POWERS})
+    pred, lm = run_on(engine, kb_retriever, script, settings)
+    (repair,) = helpers.inputs_of(lm, "RepairSQL")
+    first_gen = helpers.inputs_of(lm, "GenerateSQL")[0]
+    assert "CREATE TABLE superpower" not in first_gen["schema_context"]  # retrieval missed it
+    assert "T1.power: no table has a column power" in repair["error"]
+    (step,) = steps(pred, "synthesis.schema_repair")
+    assert "superpower" in step["inputs"]["pulled_tables"]
+    assert "Join superpower through superhero -> hero_power -> superpower" in repair["error"]
+    assert "CREATE TABLE superpower" in repair["schema_context"] and "power_name" in repair["schema_context"]
+    assert pred.sql == POWERS and len(pred.rows) == 4
+
+
+def test_without_a_kb_a_name_no_table_has_gets_the_closest_names_only(run, helpers):
+    script = helpers.Script(GenerateSQL={"sql": TYPO}, RepairSQL={"repaired_sql": TALL})
+    pred, lm = run(script, Settings(), question="Which heroes are taller than 200 cm?")
+    (repair,) = helpers.inputs_of(lm, "RepairSQL")
+    assert "by meaning" not in repair["error"]
+    assert "pulled_tables" not in steps(pred, "synthesis.schema_repair")[0]["inputs"]
+
+
 def test_a_misspelt_table_gets_the_closest_tables(run, helpers):
     script = helpers.Script(GenerateSQL={"sql": TALL.replace("FROM superhero", "FROM superheroes")},
                             RepairSQL={"repaired_sql": TALL})
