@@ -88,9 +88,13 @@ def verified(answer: dict) -> bool:
     from reflect_sql.settings import Settings
 
     s, scores = Settings(), answer["scores"]
-    if answer.get("error") or any(scores[k] is None for k in ("retrieval", "semantic", "entailment")):
+    # A whole-database context is not retrieval-judged: nothing is missing from it.
+    whole = any(st["loop"] == "retrieval" and (st.get("decision") or "").startswith("accept: the whole database")
+                for st in answer["trace"])
+    retrieval = s.theta_r if whole and scores["retrieval"] is None else scores["retrieval"]
+    if answer.get("error") or any(v is None for v in (retrieval, scores["semantic"], scores["entailment"])):
         return False
-    if scores["retrieval"] < s.theta_r or scores["semantic"] < s.theta_s or scores["entailment"] < s.theta_e:
+    if retrieval < s.theta_r or scores["semantic"] < s.theta_s or scores["entailment"] < s.theta_e:
         return False
     final = [st for st in answer["trace"] if st["loop"] == "entailment" and st["inputs"].get("sql") == answer["sql"]]
     return bool(final) and not final[-1]["inputs"].get("checks")
@@ -119,7 +123,10 @@ def test_ask_hostile_sql_at_every_stage(target, traps, ask, ledger, enrichment_s
     start = len(enrichment_spy)
     # The KB matters only where the rewritten question goes (its search); elsewhere the whole
     # schema is the context, which spares an embedding per retrieval.
-    asked = ask(target, question, script, kb=stage == "rewrite")
+    # The rewrite stage needs the retrieval judge, which a schema this small (it fits the context
+    # budget whole) would not be asked: prune by k and m as the paper does.
+    asked = ask(target, question, script, kb=stage == "rewrite",
+                sets=["context_budget_tokens=0"] if stage == "rewrite" else ())
     check_case(target, traps, asked, f"{stage}/{name}")
     steps = asked.answer["trace"]
     if stage == "rewrite":
