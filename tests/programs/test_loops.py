@@ -452,15 +452,14 @@ def test_extra_candidates_join_the_pool_and_a_vote_can_overrule_the_loops(run, h
             assert not steps(pred, "selection")
 
 
-def test_a_whole_database_context_is_accepted_without_asking_the_retrieval_judge(engine, helpers):
+def test_a_whole_database_context_is_accepted_without_asking_the_retrieval_judge(run, retriever, helpers, monkeypatch):
     """Neither a rewrite nor a wider k and m can add to the whole database, so no judge call is spent."""
-    from conftest import run_program
-
     from reflect_sql.programs.retriever import SchemaRetriever
 
-    whole = SchemaRetriever(engine.introspect())
+    # The fixture's retriever plays a pruning KB; this one hands over the whole schema as it is.
+    monkeypatch.setattr(retriever, "retrieve", lambda q, k, m, evidence="": SchemaRetriever.retrieve(retriever, q, k, m, evidence))
     script = helpers.Script(RetrievalJudge=[helpers.retrieval(1, 1)], GenerateSQL={"sql": COUNT_SQL})
-    pred, lm = run_program(engine, whole, script, Settings(theta_r=9), question=COUNT_Q)
+    pred, lm = run(script, Settings(theta_r=9), question=COUNT_Q)
     assert "RetrievalJudge" not in helpers.calls_by_signature(lm)
     (step,) = steps(pred, "retrieval")
     assert step["decision"] == "accept: the whole database fits the context budget"
