@@ -33,6 +33,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATABASE, ContextColumn, ContextTable,
                                     ExampleHit, JoinEdge, SchemaContext, estimated_tokens, fk_graph, fk_path)
@@ -156,6 +157,7 @@ class Retriever:
         self.store = Store(self.path)
         self.values = ValueIndex(self.path / VALUES_FILE)
         self._graph = self._fk_graph()
+        self._whole_tokens: int | None = None  # the whole database rendered, estimated once
         # Which tables each name word occurs in: "name" in every table says little about which
         # table a question needs; "language" in one says a lot.
         self._word_tables: dict[str, set[str]] = {}
@@ -292,9 +294,16 @@ class Retriever:
                           if sim >= w.example_show_similarity][: w.examples_shown]
         terms = {t: d for t, d in self.kb.terms.items() if f" {fold(t)} " in f" {fold(text)} "}
 
+        similarities: dict[str, dict[str, float]] = {}  # per table, queried once whichever contexts are tried
+
+        def column_similarities(table: str) -> dict[str, float]:
+            if table not in similarities:
+                similarities[table] = self.store.similarities(collection_for_table(table), vector)
+            return similarities[table]
+
         def context(tables: list[str], every_column: bool, pruned: str) -> SchemaContext:
             entries, joins = self._entries(tables, set(bridges), scores, named, evidence_of, example_columns,
-                                           vector, m, floor, every_column)
+                                           column_similarities, m, floor, every_column)
             return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
                                  values=[v for v in matches if v.table in set(tables)], examples=shown_examples,
                                  terms=terms, pruned=pruned)
@@ -304,9 +313,17 @@ class Retriever:
         # one database share the prompt prefix the engine's cache serves.
         budget = st.context_budget_tokens
         if budget:
-            whole = context([t.name for t in self.kb.tables], True, WHOLE_DATABASE)
-            if estimated_tokens(whole.render()) <= budget:
-                return whole
+            # The whole database's size hardly varies by question; only a size that may fit is worth
+            # a similarity query per table (thousands of them on a large schema).
+            if self._whole_tokens is None:
+                self._whole_tokens = estimated_tokens(SchemaContext(
+                    question="", dialect=self.kb.dialect, k=k, m=m,
+                    entries=self._entries([t.name for t in self.kb.tables], set(), scores, named, evidence_of, {},
+                                          lambda table: {}, m, floor, True)[0]).render())
+            if self._whole_tokens <= budget:
+                whole = context([t.name for t in self.kb.tables], True, WHOLE_DATABASE)
+                if estimated_tokens(whole.render()) <= budget:
+                    return whole
             tables_whole = context(selected, True, TABLES_ONLY)
             if estimated_tokens(tables_whole.render()) <= budget:
                 return tables_whole
@@ -337,7 +354,8 @@ class Retriever:
         return context
 
     def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], named: dict[str, float],
-                 evidence_of: dict, example_columns: dict[str, float], vector, m: int, floor: float,
+                 evidence_of: dict, example_columns: dict[str, float],
+                 column_similarities: Callable[[str], dict[str, float]], m: int, floor: float,
                  every_column: bool) -> tuple[list[ContextTable], list[JoinEdge]]:
         """Step 2: the columns shown of each selected table, and the join edges among them."""
         w = self.weights
@@ -345,7 +363,7 @@ class Retriever:
         entries = []
         for name in selected:
             table = self.kb.table(name)
-            sims = self.store.similarities(collection_for_table(table.name), vector)
+            sims = column_similarities(table.name)
             label = self._label_column(table) if named[name] >= 0.99 else None
             kept, rest = [], []
             for c in table.columns:

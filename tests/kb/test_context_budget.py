@@ -57,7 +57,7 @@ def test_selected_tables_whole_when_only_they_fit(school_kb):
 def _wide_db(path):
     con = sqlite3.connect(path)
     columns = ", ".join(f"measure_{i} REAL" for i in range(120))
-    con.execute(f"CREATE TABLE station (station_id INTEGER PRIMARY KEY, station_name TEXT, city TEXT)")
+    con.execute("CREATE TABLE station (station_id INTEGER PRIMARY KEY, station_name TEXT, city TEXT)")
     con.execute(f"CREATE TABLE reading (reading_id INTEGER PRIMARY KEY, station_id INTEGER REFERENCES station(station_id), "
                 f"taken_on TEXT, rainfall_mm REAL, {columns})")
     con.execute("INSERT INTO station VALUES (1, 'Harbour Point', 'Hue'), (2, 'Hill Top', 'Da Lat')")
