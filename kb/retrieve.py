@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -77,12 +78,35 @@ class Weights:
 
 
 DEFAULT_WEIGHTS = Weights()
+# A column the question neither names nor holds a value of: no name coverage, nothing shared
+# with other tables (specificity 1), no value match.
+NO_EVIDENCE = (0.0, 1.0, 0.0)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _name_words(name: str, natural: str = "") -> set[str]:
-    tokens = split_identifier(name) + (fold(natural).split() if natural else [])
-    return {t for t in tokens if t not in STOPWORDS and t not in {"id", "no"}}
+# Names repeat across tables and questions ("name", "id", ...), and every question scores every
+# column: splitting each name once keeps retrieval cheap on schemas of thousands of columns.
+_NAME_CACHE = 1 << 17
+
+
+@lru_cache(maxsize=_NAME_CACHE)
+def _tokens(name: str) -> tuple[str, ...]:
+    return tuple(split_identifier(name))
+
+
+@lru_cache(maxsize=_NAME_CACHE)
+def _natural_tokens(natural: str) -> tuple[str, ...]:
+    return tuple(fold(natural).split()) if natural else ()
+
+
+@lru_cache(maxsize=_NAME_CACHE)
+def _stem(word: str) -> str:
+    return stem(word)
+
+
+@lru_cache(maxsize=_NAME_CACHE)
+def _name_words(name: str, natural: str = "") -> frozenset[str]:
+    return frozenset(t for t in _tokens(name) + _natural_tokens(natural) if t not in STOPWORDS and t not in {"id", "no"})
 
 
 def _shared_prefix(a: str, b: str) -> int:
@@ -108,10 +132,19 @@ class _Question:
             stem(w) for w in folded if len(stem(w)) >= 4 and w not in STOPWORDS}
         self.identifiers = {m.lower() for m in _IDENT.findall(text)}
         self.folded = " " + " ".join(stem(w) for w in fold(text).split()) + " "
+        # One question scores every column, and names share their words: each is matched once.
+        self._token_matches: dict[str, float] = {}
+        self._coverages: dict[tuple[str, str], float] = {}
 
     def token_match(self, token: str) -> float:
         """1 when the question has the word; for a compound word, the share of it the question spells."""
-        s = stem(token)
+        found = self._token_matches.get(token)
+        if found is None:
+            found = self._token_matches[token] = self._token_match(token)
+        return found
+
+    def _token_match(self, token: str) -> float:
+        s = _stem(token)
         if s in self.stems:
             return 1.0
         if s in self.implied:
@@ -132,15 +165,21 @@ class _Question:
 
     def name_coverage(self, name: str, natural: str = "") -> float:
         """How much of a table/column name the question mentions, 0..1; 1 for a verbatim identifier."""
-        if name.lower() in self.identifiers and ("_" in name or len(split_identifier(name)) > 1):
+        found = self._coverages.get((name, natural))
+        if found is None:
+            found = self._coverages[(name, natural)] = self._name_coverage(name, natural)
+        return found
+
+    def _name_coverage(self, name: str, natural: str) -> float:
+        if name.lower() in self.identifiers and ("_" in name or len(_tokens(name)) > 1):
             return 1.0
         best = 0.0
-        for tokens in (split_identifier(name), fold(natural).split() if natural else []):
+        for tokens in (_tokens(name), _natural_tokens(natural)):
             content = [t for t in tokens if t not in STOPWORDS and t not in {"id", "no"}]
             if not content:
                 continue
             covered = sum(self.token_match(t) for t in content) / len(content)
-            if covered >= 1.0 and len(content) > 1 and f" {' '.join(stem(t) for t in content)} " not in self.folded:
+            if covered >= 1.0 and len(content) > 1 and f" {' '.join(_stem(t) for t in content)} " not in self.folded:
                 covered = 0.9  # every word, but not as one phrase
             best = max(best, covered)
         return best
@@ -162,19 +201,61 @@ class Retriever:
         # table a question needs; "language" in one says a lot.
         self._word_tables: dict[str, set[str]] = {}
         self._name_tables: dict[str, set[str]] = {}
+        # Which columns each name word occurs in, so a question scores only the columns it can
+        # match: on ten thousand columns, scoring each one per question costs more than the rest.
+        self._columns_of_token: dict[str, list[tuple[TableEntry, ColumnEntry]]] = {}
+        self._columns_of_name: dict[str, list[tuple[TableEntry, ColumnEntry]]] = {}
         for t in self.kb.tables:
             for c in t.columns:
                 self._name_tables.setdefault(c.name.lower(), set()).add(t.name)
+                self._columns_of_name.setdefault(c.name.lower(), []).append((t, c))
                 for word in _name_words(c.name, c.natural_name):
                     self._word_tables.setdefault(word, set()).add(t.name)
+                for token in set(_tokens(c.name) + _natural_tokens(c.natural_name)):
+                    self._columns_of_token.setdefault(token, []).append((t, c))
+        self._tokens_of_stem: dict[str, list[str]] = {}
+        self._tokens_of_prefix: dict[str, list[str]] = {}
+        for token in self._columns_of_token:
+            s = _stem(token)
+            self._tokens_of_stem.setdefault(s, []).append(token)
+            if len(s) >= 5:
+                self._tokens_of_prefix.setdefault(s[:5], []).append(token)
+        self._compound_tokens = [t for t in self._columns_of_token if len(t) >= 7]
 
     def _specific(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
         """1 / (tables sharing the words the question matched in this column's name), averaged."""
-        if column.name.lower() in q.identifiers and ("_" in column.name or len(split_identifier(column.name)) > 1):
+        if column.name.lower() in q.identifiers and ("_" in column.name or len(_tokens(column.name)) > 1):
             return 1.0 / len(self._name_tables.get(column.name.lower(), {table.name}))
         shares = [1.0 / len(self._word_tables.get(w, {table.name}))
                   for w in _name_words(column.name, column.natural_name) if q.token_match(w) > 0]
         return sum(shares) / len(shares) if shares else 1.0
+
+    def _lexical_evidence(self, q: "_Question", value_of: dict[tuple[str, str], float]
+                          ) -> dict[str, dict[str, tuple[float, float, float]]]:
+        """(name coverage, specificity, value match) of every column with any of them; a column
+        absent here has ``NO_EVIDENCE``. Only the columns sharing a word with the question, named
+        verbatim in it, or holding a value it mentions are scored."""
+        candidates = {tok for s in q.stems | q.implied for tok in self._tokens_of_stem.get(s, ())}
+        candidates.update(tok for s in q.stems if len(s) >= 5 for tok in self._tokens_of_prefix.get(s[:5], ()))
+        if q.pieces:
+            pieces = re.compile("|".join(re.escape(p) for p in sorted(q.pieces, key=len, reverse=True)))
+            candidates.update(tok for tok in self._compound_tokens if pieces.search(tok))
+        columns = {(t.name, c.name): (t, c) for tok in candidates if q.token_match(tok) > 0
+                   for t, c in self._columns_of_token[tok]}
+        for ident in q.identifiers:
+            columns.update(((t.name, c.name), (t, c)) for t, c in self._columns_of_name.get(ident, ()))
+        by_name = {t.name.lower(): t for t in self.kb.tables}
+        for table, column in value_of:
+            entry = by_name.get(table)
+            found = entry.column(column) if entry is not None else None
+            if found is not None:
+                columns[(entry.name, found.name)] = (entry, found)
+        evidence: dict[str, dict[str, tuple[float, float, float]]] = {}
+        for t, c in columns.values():
+            evidence.setdefault(t.name, {})[c.name] = (
+                q.name_coverage(c.name, c.natural_name), self._specific(q, t, c),
+                value_of.get((t.name.lower(), c.name.lower()), 0.0))
+        return evidence
 
     def close(self) -> None:
         self.values.close()
@@ -262,13 +343,7 @@ class Retriever:
         value_of = {(v.table.lower(), v.column.lower()): v.score for v in matches}
         hits, example_tables, example_columns = self._examples(vector)
 
-        # Lexical and value evidence for every column (cheap: no embedding involved).
-        evidence_of: dict[str, dict[str, tuple[float, float, float]]] = {}
-        for t in self.kb.tables:
-            evidence_of[t.name] = {
-                c.name: (q.name_coverage(c.name, c.natural_name), self._specific(q, t, c),
-                         value_of.get((t.name.lower(), c.name.lower()), 0.0))
-                for c in t.columns}
+        evidence_of = self._lexical_evidence(q, value_of)
 
         # Step 1: tables.
         table_sim = self.store.similarities(GLOBAL, vector)
@@ -276,7 +351,7 @@ class Retriever:
         strong: dict[str, bool] = {}
         named: dict[str, float] = {}
         for t in self.kb.tables:
-            ev = evidence_of[t.name].values()
+            ev = evidence_of.get(t.name, {}).values()
             named[t.name] = q.name_coverage(t.name, t.natural_name)
             best_name = max((n * s for n, s, _ in ev), default=0.0)
             best_value = max((v for _, _, v in ev), default=0.0)
@@ -367,7 +442,7 @@ class Retriever:
             label = self._label_column(table) if named[name] >= 0.99 else None
             kept, rest = [], []
             for c in table.columns:
-                name_cov, _, value = evidence_of[name][c.name]
+                name_cov, _, value = evidence_of.get(name, {}).get(c.name, NO_EVIDENCE)
                 example = example_columns.get(f"{table.name}.{c.name}".lower(), 0.0)
                 score = (sims.get(c.name, 0.0) + w.column_name * name_cov + w.column_value * value
                          + w.label * (c.name == label) + w.example * example)
