@@ -221,6 +221,18 @@ class Retriever:
             if len(s) >= 5:
                 self._tokens_of_prefix.setdefault(s[:5], []).append(token)
         self._compound_tokens = [t for t in self._columns_of_token if len(t) >= 7]
+        self._tables_of_token: dict[str, list[TableEntry]] = {}
+        for t in self.kb.tables:
+            for token in set(_tokens(t.name) + _natural_tokens(t.natural_name)):
+                self._tables_of_token.setdefault(token, []).append(t)
+        for token in self._tables_of_token:
+            if token not in self._columns_of_token:
+                s = _stem(token)
+                self._tokens_of_stem.setdefault(s, []).append(token)
+                if len(s) >= 5:
+                    self._tokens_of_prefix.setdefault(s[:5], []).append(token)
+                if len(token) >= 7:
+                    self._compound_tokens.append(token)
 
     def _specific(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
         """1 / (tables sharing the words the question matched in this column's name), averaged."""
@@ -231,17 +243,23 @@ class Retriever:
         return sum(shares) / len(shares) if shares else 1.0
 
     def _lexical_evidence(self, q: "_Question", value_of: dict[tuple[str, str], float]
-                          ) -> dict[str, dict[str, tuple[float, float, float]]]:
-        """(name coverage, specificity, value match) of every column with any of them; a column
-        absent here has ``NO_EVIDENCE``. Only the columns sharing a word with the question, named
-        verbatim in it, or holding a value it mentions are scored."""
+                          ) -> tuple[dict[str, dict[str, tuple[float, float, float]]], dict[str, float]]:
+        """(name coverage, specificity, value match) of every column with any of them, a column
+        absent having ``NO_EVIDENCE``; and the name coverage of every table. Only the names sharing
+        a word with the question, named verbatim in it, or holding a value it mentions are scored."""
         candidates = {tok for s in q.stems | q.implied for tok in self._tokens_of_stem.get(s, ())}
         candidates.update(tok for s in q.stems if len(s) >= 5 for tok in self._tokens_of_prefix.get(s[:5], ()))
         if q.pieces:
             pieces = re.compile("|".join(re.escape(p) for p in sorted(q.pieces, key=len, reverse=True)))
             candidates.update(tok for tok in self._compound_tokens if pieces.search(tok))
-        columns = {(t.name, c.name): (t, c) for tok in candidates if q.token_match(tok) > 0
-                   for t, c in self._columns_of_token[tok]}
+        matched = [tok for tok in candidates if q.token_match(tok) > 0]
+        named = dict.fromkeys((t.name for t in self.kb.tables), 0.0)
+        for t in {t.name: t for tok in matched for t in self._tables_of_token.get(tok, ())}.values():
+            named[t.name] = q.name_coverage(t.name, t.natural_name)
+        for t in self.kb.tables:  # a verbatim identifier needs no word in common
+            if t.name.lower() in q.identifiers:
+                named[t.name] = q.name_coverage(t.name, t.natural_name)
+        columns = {(t.name, c.name): (t, c) for tok in matched for t, c in self._columns_of_token.get(tok, ())}
         for ident in q.identifiers:
             columns.update(((t.name, c.name), (t, c)) for t, c in self._columns_of_name.get(ident, ()))
         by_name = {t.name.lower(): t for t in self.kb.tables}
@@ -255,7 +273,7 @@ class Retriever:
             evidence.setdefault(t.name, {})[c.name] = (
                 q.name_coverage(c.name, c.natural_name), self._specific(q, t, c),
                 value_of.get((t.name.lower(), c.name.lower()), 0.0))
-        return evidence
+        return evidence, named
 
     def close(self) -> None:
         self.values.close()
@@ -343,16 +361,14 @@ class Retriever:
         value_of = {(v.table.lower(), v.column.lower()): v.score for v in matches}
         hits, example_tables, example_columns = self._examples(vector)
 
-        evidence_of = self._lexical_evidence(q, value_of)
+        evidence_of, named = self._lexical_evidence(q, value_of)
 
         # Step 1: tables.
         table_sim = self.store.similarities(GLOBAL, vector)
         scores: dict[str, float] = {}
         strong: dict[str, bool] = {}
-        named: dict[str, float] = {}
         for t in self.kb.tables:
             ev = evidence_of.get(t.name, {}).values()
-            named[t.name] = q.name_coverage(t.name, t.natural_name)
             best_name = max((n * s for n, s, _ in ev), default=0.0)
             best_value = max((v for _, _, v in ev), default=0.0)
             scores[t.name] = (table_sim.get(t.name, 0.0) + w.table_name * named[t.name] + w.table_column * best_name
