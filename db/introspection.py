@@ -5,6 +5,7 @@ executes SQL built here on its read-only connection; names are quoted for the sc
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,6 +20,16 @@ from reflect_sql.errors import UserError
 SAMPLE_SCAN_ROWS = 10_000
 
 Run = Callable[[str], list[tuple[Any, ...]]]
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def ranged(samples: list[Any]) -> bool:
+    """A column whose range says something: its samples are all numbers, or all dates."""
+    if not samples:
+        return False
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in samples):
+        return True
+    return all(isinstance(v, str) and _DATE.match(v) for v in samples)
 
 
 def sample_sql(dialect: str, table: str, column: str, n: int) -> str:
@@ -52,6 +63,15 @@ def finish(
                 continue  # e.g. a type with no equality operator (PostgreSQL json)
             values = [sample_value(r[0]) for r in rows]
             column.samples = [v for v in values if v is not None]
+            if ranged(column.samples):
+                # A name such as "c14" says nothing; "numbers from 1990 to 2024" says it may be a year.
+                col = quote_identifier(column.name, schema.dialect)
+                try:
+                    low, high = run(f"SELECT min({col}), max({col}) FROM "
+                                    f"{quote_identifier(table.name, schema.dialect)}")[0]
+                except EngineError:
+                    continue
+                column.value_range = [sample_value(low), sample_value(high)]
     if tables_json is not None:
         if not db_id:
             raise UserError("a tables.json needs the db_id of this database's entry")

@@ -13,6 +13,8 @@ class Column:
     primary_key: bool = False
     # Distinct non-null values, a few, for prompts and the KB; JSON-safe (str/int/float).
     samples: list[Any] = field(default_factory=list)
+    # [smallest, largest] of a number or date column, JSON-safe; [] when not one or not known.
+    value_range: list[Any] = field(default_factory=list)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
 from reflect_sql.kb.model import ColumnEntry, Example, ForeignKeyEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
-from reflect_sql.kb.values import MAX_DISTINCT_PER_COLUMN, ValueIndex, indexable_column, indexable_value
+from reflect_sql.kb.values import ValueIndex, indexable_column, indexable_value
 from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
 
@@ -30,7 +30,7 @@ VALUES_FILE = "values.sqlite"
 SOURCES_FILE = "sources.json"
 # Bump when the way a KB is derived from its sources changes: stored source signatures then no
 # longer match and the next build redoes everything.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: column value ranges
 
 Describer = Callable[[TableEntry, ColumnEntry], str]
 
@@ -49,13 +49,17 @@ class BuildReport:
     described: int = 0
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    # "table.column" of each column whose distinct values reached max_distinct_values_per_column.
+    capped_columns: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         state = f"version {self.version}" + (" (new)" if self.new_version else " (unchanged)")
         return (f"{self.kb_dir}: {state}; {self.tables} tables, {self.columns} columns, {self.examples} examples, "
                 f"{self.values_indexed} values; embedded {self.embedded} documents"
                 + (f", described {self.described} columns" if self.described else "")
-                + f" in {self.seconds:.2f} s")
+                + f" in {self.seconds:.2f} s"
+                + (f"; {len(self.capped_columns)} column(s) at the distinct-values cap, values beyond it not indexed: "
+                   + ", ".join(self.capped_columns) if self.capped_columns else ""))
 
 
 def _base_document(db: str, schema: Schema, notes, names, pairs, glossary, warnings: list[str]) -> KnowledgeBase:
@@ -76,7 +80,7 @@ def _base_document(db: str, schema: Schema, notes, names, pairs, glossary, warni
                 description_source="csv" if note and note.description else "",
                 value_description=note.value_description if note else "",
                 data_format=note.data_format if note else "",
-                samples=list(c.samples),
+                samples=list(c.samples), value_range=list(c.value_range),
             ))
         tables.append(TableEntry(name=t.name, columns=columns, natural_name=names.tables.get(t.name.lower(), ""),
                                  primary_key=list(t.primary_key), row_count=t.row_count))
@@ -133,7 +137,10 @@ def _distinct_sql(table: str, column: str, limit: int, dialect: str) -> str:
     return f"SELECT DISTINCT {col} FROM {quote_identifier(table, dialect)} WHERE {col} IS NOT NULL LIMIT {int(limit)}"
 
 
-def read_values(engine: Engine, kb: KnowledgeBase, warnings: list[str]) -> list[tuple[str, str, str]]:
+def read_values(engine: Engine, kb: KnowledgeBase, warnings: list[str], cap: int,
+                capped: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """Distinct text values of every indexable column, at most ``cap`` per column; a column that
+    reaches the cap is appended to ``capped`` as "table.column"."""
     from reflect_sql.db.base import EngineError
 
     rows: list[tuple[str, str, str]] = []
@@ -142,11 +149,12 @@ def read_values(engine: Engine, kb: KnowledgeBase, warnings: list[str]) -> list[
             if not indexable_column(column.name, column.type, column.samples):
                 continue
             try:
-                result = engine.execute(_distinct_sql(table.name, column.name, MAX_DISTINCT_PER_COLUMN, engine.dialect),
-                                        max_rows=MAX_DISTINCT_PER_COLUMN)
+                result = engine.execute(_distinct_sql(table.name, column.name, cap, engine.dialect), max_rows=cap)
             except EngineError as exc:
                 warnings.append(f"values of {table.name}.{column.name} not indexed: {exc.message}")
                 continue
+            if len(result.rows) >= cap and capped is not None:
+                capped.append(f"{table.name}.{column.name}")
             values = [r[0].strip() for r in result.rows if indexable_value(r[0])]
             rows += [(table.name, column.name, v) for v in sorted(set(values))]
     return rows
@@ -163,11 +171,13 @@ def alias_rows(kb: KnowledgeBase, index: ValueIndex) -> list[tuple[str, str, str
     return sorted(rows)
 
 
-def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, str]] | None = None):
-    """Bring chroma and the value index in line with ``kb``; ``values`` None keeps the stored DB values."""
+def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, str]] | None = None,
+                 capped: list[str] = ()):
+    """Bring chroma and the value index in line with ``kb``; ``values`` None keeps the stored DB values
+    (``capped``: the columns whose values the build cut at the cap)."""
     index = ValueIndex(kb_dir / VALUES_FILE)
     try:
-        reindexed = index.replace_values(values) if values is not None else False
+        reindexed = index.replace_values(values, capped) if values is not None else False
         reindexed = index.replace_aliases(alias_rows(kb, index)) or reindexed
         size = index.size()
     finally:
@@ -203,7 +213,8 @@ def source_signature(db: str, settings: Settings, **inputs: Any) -> dict[str, An
         folder = Path(inputs["descriptions"])
         files["descriptions"] = sorted(_stat(p) for p in folder.glob("*") if p.is_file()) if folder.is_dir() else None
     return {"builder": BUILDER_VERSION, "db": _stat(db), "db_id": inputs.get("db_id"), "files": files,
-            "samples_per_column": settings.sample_values_per_column}
+            "samples_per_column": settings.sample_values_per_column,
+            "max_distinct_values_per_column": settings.max_distinct_values_per_column}
 
 
 def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float) -> BuildReport | None:
@@ -282,8 +293,9 @@ def _build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Se
     else:
         kb = previous
 
-    values = read_values(engine, kb, warnings)
-    sync, reindexed, size = sync_indexes(kb_dir, kb, values)
+    capped: list[str] = []
+    values = read_values(engine, kb, warnings, settings.max_distinct_values_per_column, capped)
+    sync, reindexed, size = sync_indexes(kb_dir, kb, values, capped)
     signature_file = kb_dir / SOURCES_FILE
     # A value read that failed (a timeout) must be retried by the next build, not skipped.
     if signature is not None and not any(w.startswith("values of ") for w in warnings):
@@ -294,7 +306,7 @@ def _build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Se
         kb_dir=str(kb_dir), version=kb.version, new_version=new_version, tables=len(kb.tables),
         columns=sum(len(t.columns) for t in kb.tables), examples=len(kb.examples), values_indexed=size,
         embedded=sync.embedded, values_reindexed=reindexed, described=described,
-        seconds=time.perf_counter() - start, warnings=warnings)
+        seconds=time.perf_counter() - start, warnings=warnings, capped_columns=capped)
 
 
 def build_kb(db: str, kb_dir: str | Path, settings: Settings | None = None, *,

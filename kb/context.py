@@ -174,7 +174,7 @@ class SchemaContext:
 
         scope = "the whole database" if self.pruned == WHOLE_DATABASE else "retrieved tables and columns"
         lines = [f"-- Schema ({self.dialect}): {scope}; column meanings and sample values as comments."]
-        matched = {(v.table.lower(), v.column.lower()): v.value for v in self.values}
+        matched = {(v.table.lower(), v.column.lower()): v.value for v in self.values if not v.partial}
         for table in self.entries:
             head = f"CREATE TABLE {quote_identifier(table.name, self.dialect, only_if_needed=True)} ("
             notes = []
@@ -206,8 +206,9 @@ class SchemaContext:
         if self.joins:
             lines.append("-- Join paths: " + "; ".join(j.render() for j in self.joins))
         if self.values:
-            shown = [f"{v.table}.{v.column} = {_literal(v.value)}" + (f" (for '{v.alias}')" if v.alias else "")
-                     for v in self.values]
+            shown = [(f"{v.table}.{v.column} contains '{v.span}' (folded), e.g. {_literal(_clip(v.value, 60))}"
+                      if v.partial else f"{v.table}.{v.column} = {_literal(v.value)}")
+                     + (f" (for '{v.alias}')" if v.alias else "") for v in self.values]
             lines.append("-- Values the question mentions: " + "; ".join(shown))
         if self.terms:
             lines.append("-- Glossary: " + "; ".join(f"{k}: {v}" for k, v in self.terms.items()))

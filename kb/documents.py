@@ -14,6 +14,10 @@ from reflect_sql.kb.text import split_identifier
 
 MAX_SAMPLES = 5
 MAX_SAMPLE_CHARS = 40
+# A column whose name is this short, or holds a digit, says nothing by itself ("c14", "lsoa"):
+# the table's document glosses it with the first words of its description.
+CRYPTIC_NAME_CHARS = 4
+GLOSS_WORDS = 8
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,27 @@ def _samples(column: ColumnEntry) -> str:
     return ", ".join(shown)
 
 
+def _range(column: ColumnEntry) -> str:
+    if len(column.value_range) != 2 or None in column.value_range:
+        return ""
+    low, high = column.value_range
+    kind = "Numbers" if isinstance(low, (int, float)) else "Dates"
+    return f"{kind} from {low} to {high}." if low != high else f"Always {low}."
+
+
+def cryptic(column: ColumnEntry) -> bool:
+    """A name that says nothing by itself: short, or holding a digit, and no natural name given."""
+    name = readable(column.name).replace(" ", "")
+    return not column.natural_name.strip() and (len(name) <= CRYPTIC_NAME_CHARS or any(ch.isdigit() for ch in name))
+
+
+def _gloss(column: ColumnEntry) -> str:
+    if not (cryptic(column) and column.description.strip()):
+        return column_label(column)
+    words = column.description.split()
+    return f"{column_label(column)} ({' '.join(words[:GLOSS_WORDS])}{'…' if len(words) > GLOSS_WORDS else ''})"
+
+
 def column_text(table: TableEntry, column: ColumnEntry) -> str:
     parts = [f"{table_label(table)} {column_label(column)}."]
     if column.description:
@@ -68,6 +93,7 @@ def column_text(table: TableEntry, column: ColumnEntry) -> str:
         parts.append(_sentence(value_desc))
     if column.aliases:
         parts.append("Also called: " + ", ".join(sorted(column.aliases)) + ".")
+    parts.append(_range(column))
     samples = _samples(column)
     if samples:
         parts.append(f"Values: {samples}.")
@@ -78,7 +104,7 @@ def table_text(kb: KnowledgeBase, table: TableEntry) -> str:
     parts = [f"Table {table_label(table)}."]
     if table.description:
         parts.append(_sentence(table.description))
-    parts.append("Columns: " + ", ".join(column_label(c) for c in table.columns) + ".")
+    parts.append("Columns: " + ", ".join(_gloss(c) for c in table.columns) + ".")
     joins = sorted({readable(fk.ref_table if fk.table == table.name else fk.table)
                     for fk in kb.foreign_keys if table.name in (fk.table, fk.ref_table)} - {readable(table.name)})
     if joins:

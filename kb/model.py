@@ -26,6 +26,7 @@ class ColumnEntry:
     value_description: str = ""
     data_format: str = ""
     samples: list[Any] = field(default_factory=list)
+    value_range: list[Any] = field(default_factory=list)  # [smallest, largest] of a number or date column
     # alias -> the stored value it means ("bubble tea" -> "Trà sữa nướng"), learnt by enrichment.
     aliases: dict[str, str] = field(default_factory=dict)
 

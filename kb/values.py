@@ -4,8 +4,11 @@ Distinct text values are stored folded (case, accents, punctuation) in an SQLite
 directory. A question is cut into word spans; a span equal to a folded value is an exact hit (an
 indexed SQL lookup). A longer span that is no exact hit is looked up in a trigram index (built in
 memory from the file on first use): the values sharing most trigrams with it are compared
-character by character, which tolerates small typos ("Magnito" finds "Magneto"). Ids, dates,
-numbers and long free text are not indexed: a question never quotes them as names.
+character by character, which tolerates small typos ("Magnito" finds "Magneto"). A span found as
+a phrase inside a stored value is a partial hit, found through SQLite's FTS5 word index whatever
+the value's length ("Eden Street" in "On or near Eden Street"); a span that common values of many
+columns contain says nothing about which column is meant, and is dropped. Ids, dates and numbers
+are not indexed: a question never quotes them as names.
 """
 from __future__ import annotations
 
@@ -22,13 +25,21 @@ from typing import Iterable
 
 from reflect_sql.kb.text import STOPWORDS, fold, split_identifier
 
-MAX_VALUE_CHARS = 80  # longer values are free text: a question does not quote them whole
+# Longer values are free text: a question quotes them in part (a partial hit), never whole with a
+# typo, so they stay out of the in-memory trigram index.
+MAX_VALUE_CHARS = 80
 MAX_SPAN_WORDS = 6
 MIN_TYPO_CHARS = 5  # shorter spans only match exactly; trigrams cannot tell short words apart
 TYPO_RATIO = 0.82
 MAX_CANDIDATES = 25
-# Distinct values read per column at build: a column at the cap may hold values the index lacks.
-MAX_DISTINCT_PER_COLUMN = 20_000
+# Partial hits: a phrase of at least two words (one word inside values is mostly noise: "powers"
+# is in "Animal Oriented Powers" without asking for it), contained in values of at most this many
+# columns (a phrase in every address column points at none of them).
+MIN_PARTIAL_WORDS = 2
+MAX_PARTIAL_COLUMNS = 3
+# Below an exact hit (1.0) and a typo hit (>= 0.74), and below the retriever's "strong value" bar:
+# a phrase inside a value is weaker evidence than the value itself.
+PARTIAL_SCORE = 0.6
 
 _DATE = re.compile(r"^\d{4}[-/.]\d{1,2}([-/.]\d{1,2})?([ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)?$|^\d{1,2}:\d{2}(:\d{2})?$")
 _HAS_LETTER = re.compile(r"[^\W\d_]")
@@ -44,12 +55,15 @@ class ValueMatch:
     span: str  # the question's words that matched, folded
     score: float  # 1.0 exact; lower for typo-tolerant matches
     alias: str | None = None
+    partial: bool = False  # the span is inside ``value``, not the whole of it
 
     def to_json(self) -> dict:
         out = {"table": self.table, "column": self.column, "value": self.value, "matched": self.span,
                "score": round(self.score, 3)}
         if self.alias:
             out["alias"] = self.alias
+        if self.partial:
+            out["partial"] = True
         return out
 
 
@@ -74,10 +88,11 @@ def indexable_column(name: str, type_: str, samples: list) -> bool:
 
 
 def indexable_value(value) -> bool:
+    """Text with a letter in it, of any length, that is not a date."""
     if not isinstance(value, str):
         return False
     value = value.strip()
-    return 0 < len(value) <= MAX_VALUE_CHARS and bool(_HAS_LETTER.search(value)) and not _DATE.match(value)
+    return bool(value) and bool(_HAS_LETTER.search(value)) and not _DATE.match(value)
 
 
 _SCHEMA = """
@@ -85,6 +100,7 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS vals(id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, col TEXT NOT NULL,
     value TEXT NOT NULL, norm TEXT NOT NULL, alias TEXT);
 CREATE INDEX IF NOT EXISTS vals_norm ON vals(norm);
+CREATE VIRTUAL TABLE IF NOT EXISTS vals_words USING fts5(norm, content='vals', content_rowid='id');
 """
 
 
@@ -114,7 +130,15 @@ class ValueIndex:
             # One retriever may be shared by worker threads: a lock, not thread affinity, guards it.
             self._conn = sqlite3.connect(self.path, check_same_thread=False)
             self._conn.executescript(_SCHEMA)
+            if self._conn.execute("SELECT 1 FROM meta WHERE key = 'words'").fetchone() is None:
+                self._reindex_words(self._conn)  # a file written before the word index existed
         return self._conn
+
+    @staticmethod
+    def _reindex_words(conn: sqlite3.Connection) -> None:
+        with conn:
+            conn.execute("INSERT INTO vals_words(vals_words) VALUES ('rebuild')")
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('words', '1')")
 
     def close(self) -> None:
         if self._conn is not None:
@@ -128,6 +152,8 @@ class ValueIndex:
             grams: dict[str, list[int]] = {}
             rows = self._connect().execute("SELECT id, tbl, col, value, norm, alias FROM vals")
             for row_id, tbl, col, value, norm, alias in rows:
+                if len(norm) > MAX_VALUE_CHARS:
+                    continue
                 self._rows[row_id] = (tbl, col, value, norm, alias)
                 for g in _trigrams(norm):
                     grams.setdefault(g, []).append(row_id)
@@ -142,7 +168,7 @@ class ValueIndex:
         need = max(1, len(span) - 2 - 3 * max(1, len(span) // 8))
         lo, hi = 0.75 * len(span), 1.34 * len(span)
         best = sorted((c for c in counts.items() if c[1] >= need and lo <= len(self._rows[c[0]][3]) <= hi),
-                      key=lambda c: -c[1])[:MAX_CANDIDATES]
+                      key=lambda c: (-c[1], c[0]))[:MAX_CANDIDATES]  # ties by row: the same in every process
         return [self._rows[row_id] for row_id, _ in best]
 
     def stored_fingerprint(self, kind: str) -> str | None:
@@ -151,12 +177,24 @@ class ValueIndex:
         row = self._connect().execute("SELECT value FROM meta WHERE key = ?", (f"fingerprint:{kind}",)).fetchone()
         return row[0] if row else None
 
-    def replace_values(self, rows: list[tuple[str, str, str]]) -> bool:
-        """Make the index hold exactly these (table, column, value) rows read from the database.
+    def replace_values(self, rows: list[tuple[str, str, str]], capped: Iterable[str] = ()) -> bool:
+        """Make the index hold exactly these (table, column, value) rows read from the database;
+        ``capped`` names ("table.column") the columns whose values were cut at the build's cap.
 
-        Returns False, touching nothing, when it already holds them.
+        Returns False, touching nothing but the capped list, when it already holds them.
         """
+        conn = self._connect()
+        with conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('capped', ?)",
+                         ("\n".join(sorted({c.lower() for c in capped})),))
         return self._replace("values", [(t, c, v, None) for t, c, v in rows])
+
+    def complete(self, table: str, column: str) -> bool:
+        """Whether every distinct value of table.column is indexed (the build did not cap it)."""
+        if not self.path.is_file():
+            return False
+        row = self._connect().execute("SELECT value FROM meta WHERE key = 'capped'").fetchone()
+        return f"{table}.{column}".lower() not in set((row[0] if row else "").split("\n"))
 
     def replace_aliases(self, rows: list[tuple[str, str, str, str]]) -> bool:
         """Make the index hold exactly these (table, column, value, alias) rows: an alias is found
@@ -176,6 +214,7 @@ class ValueIndex:
                 [(t, c, v, fold(a if a is not None else v), a) for t, c, v, a in rows],
             )
             conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"fingerprint:{kind}", fp))
+        self._reindex_words(conn)
         return True
 
     def size(self) -> int:
@@ -223,10 +262,10 @@ class ValueIndex:
                     spans.setdefault(span)
         best: dict[tuple[str, str], ValueMatch] = {}
 
-        def offer(table, column, value, span, score, alias):
+        def offer(table, column, value, span, score, alias, partial=False):
             key = (table, column)
             if key not in best or score > best[key].score:
-                best[key] = ValueMatch(table, column, value, span, score, alias)
+                best[key] = ValueMatch(table, column, value, span, score, alias, partial)
 
         span_list = list(spans)
         exact_hit: set[str] = set()
@@ -247,4 +286,31 @@ class ValueIndex:
                 ratio = difflib.SequenceMatcher(None, span, norm, autojunk=False).ratio()
                 if ratio >= TYPO_RATIO:
                     offer(tbl, col, value, span, ratio * 0.9, alias)
+        self._partial(conn, span_list, exact_hit, offer)
         return sorted(best.values(), key=lambda m: (-m.score, -len(m.span), m.table, m.column))[:limit]
+
+    @staticmethod
+    def _partial(conn: sqlite3.Connection, spans: list[str], exact_hit: set[str], offer) -> None:
+        """Spans found as a phrase inside longer stored values, longest span first."""
+        found: list[str] = []
+        for span in spans:  # longest first
+            words = span.split()
+            if words[0] in STOPWORDS or words[-1] in STOPWORDS or any(w.isdigit() for w in (words[0], words[-1])):
+                continue
+            if len(words) < MIN_PARTIAL_WORDS:
+                continue
+            if span in exact_hit or any(span in longer for longer in found) or any(span in hit for hit in exact_hit):
+                continue
+            columns: dict[tuple[str, str], tuple[str, str | None]] = {}
+            # The span is folded to [0-9a-z ] words, so quoting it makes an FTS5 phrase query.
+            for tbl, col, value, alias in conn.execute(
+                    "SELECT v.tbl, v.col, v.value, v.alias FROM vals_words JOIN vals AS v ON v.id = vals_words.rowid "
+                    "WHERE vals_words MATCH ? AND v.norm != ? LIMIT 200", (f'"{span}"', span)):
+                columns.setdefault((tbl, col), (value, alias))
+                if len(columns) > MAX_PARTIAL_COLUMNS:
+                    break
+            if not columns or len(columns) > MAX_PARTIAL_COLUMNS:
+                continue
+            found.append(span)
+            for (tbl, col), (value, alias) in columns.items():
+                offer(tbl, col, value, span, PARTIAL_SCORE, alias, partial=True)

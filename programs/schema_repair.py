@@ -35,7 +35,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from reflect_sql.db.schema import Schema, Table
 from reflect_sql.kb.context import JoinEdge, fk_graph, fk_path, path_links
 from reflect_sql.kb.text import fold, split_identifier
-from reflect_sql.kb.values import MAX_DISTINCT_PER_COLUMN, ValueIndex, indexable_value
+from reflect_sql.kb.values import ValueIndex, indexable_value
 from reflect_sql.settings import Settings
 
 # Columns every table has without declaring them: a reference to one is not misplaced.
@@ -501,7 +501,7 @@ def suggest_values(state: Repair) -> None:
         if column is None:
             continue
         stored = state.values.column_values(ref.table.name, column.name)
-        if not stored or len(stored) >= MAX_DISTINCT_PER_COLUMN:
+        if not stored or not state.values.complete(ref.table.name, column.name):
             continue  # not indexed, or maybe not every value is: silence beats a false "never occurs"
         # LIKE ignores ASCII case in both engines' defaults (ILIKE aside); = and IN compare exactly.
         same = (lambda v: v.lower() == literal.lower()) if op == "LIKE" else (lambda v: v == literal)

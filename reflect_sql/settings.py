@@ -131,6 +131,9 @@ class Settings(BaseModel):
     query_timeout_s: float = Field(30.0, gt=0)
     max_rows: int = Field(1000, ge=1)
     sample_values_per_column: int = Field(5, ge=0)
+    max_distinct_values_per_column: int = Field(
+        20_000, ge=1, description="Distinct values of one column read into the KB's value index; a column at the cap "
+        "may hold values the index lacks, and the KB build names it.")
     pg_max_plan_cost: float = Field(1e8, gt=0, description="PostgreSQL EXPLAIN cost above which a query is refused.")
     max_value_bytes: int = Field(64 * 2**20, ge=2**20, le=10**9, description="Largest string or blob one SQLite value may "
                                  "grow to: a query that builds a bigger one (randomblob(1e9)) fails instead of taking the memory.")
