@@ -135,6 +135,7 @@ class _Question:
         # One question scores every column, and names share their words: each is matched once.
         self._token_matches: dict[str, float] = {}
         self._coverages: dict[tuple[str, str], float] = {}
+        self.specificity: dict[tuple[str, str], float] = {}  # filled by the retriever, per name
 
     def token_match(self, token: str) -> float:
         """1 when the question has the word; for a compound word, the share of it the question spells."""
@@ -236,6 +237,15 @@ class Retriever:
 
     def _specific(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
         """1 / (tables sharing the words the question matched in this column's name), averaged."""
+        # Every table holding a column of this name is in the denominators: the table itself
+        # changes nothing, so one score per name serves the hundreds of "name" columns.
+        key = (column.name, column.natural_name)
+        found = q.specificity.get(key)
+        if found is None:
+            found = q.specificity[key] = self._specificity(q, table, column)
+        return found
+
+    def _specificity(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
         if column.name.lower() in q.identifiers and ("_" in column.name or len(_tokens(column.name)) > 1):
             return 1.0 / len(self._name_tables.get(column.name.lower(), {table.name}))
         shares = [1.0 / len(self._word_tables.get(w, {table.name}))
@@ -259,15 +269,16 @@ class Retriever:
         for t in self.kb.tables:  # a verbatim identifier needs no word in common
             if t.name.lower() in q.identifiers:
                 named[t.name] = q.name_coverage(t.name, t.natural_name)
-        columns = {(t.name, c.name): (t, c) for tok in matched for t, c in self._columns_of_token.get(tok, ())}
+        # Keyed by the entry object: "name" alone may match a thousand columns of a large schema.
+        columns = {id(c): (t, c) for tok in matched for t, c in self._columns_of_token.get(tok, ())}
         for ident in q.identifiers:
-            columns.update(((t.name, c.name), (t, c)) for t, c in self._columns_of_name.get(ident, ()))
+            columns.update((id(c), (t, c)) for t, c in self._columns_of_name.get(ident, ()))
         by_name = {t.name.lower(): t for t in self.kb.tables}
         for table, column in value_of:
             entry = by_name.get(table)
             found = entry.column(column) if entry is not None else None
             if found is not None:
-                columns[(entry.name, found.name)] = (entry, found)
+                columns[id(found)] = (entry, found)
         evidence: dict[str, dict[str, tuple[float, float, float]]] = {}
         for t, c in columns.values():
             evidence.setdefault(t.name, {})[c.name] = (

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from reflect_sql.kb.documents import Document
 
 MANIFEST = "index.json"
@@ -52,6 +54,7 @@ def _collection(chroma, name: str):
 class Store:
     def __init__(self, kb_path: str | Path):
         self.path = Path(kb_path)
+        self._loaded: dict[str, tuple[list[str], np.ndarray]] = {}  # collection -> (ids, unit embeddings)
 
     def _manifest(self) -> dict[str, dict[str, str]]:
         path = self.path / MANIFEST
@@ -70,6 +73,7 @@ class Store:
         report = SyncReport()
         if self.up_to_date(wanted):
             return report
+        self._loaded.clear()  # the embeddings change below
         from reflect_sql.kb.embedding import embed
 
         chroma = client(self.path)
@@ -109,17 +113,35 @@ class Store:
 
     def similarities(self, collection_name: str, query_vector, n: int | None = None) -> dict[str, float]:
         """``{document id: cosine similarity}`` for the ``n`` nearest documents (all by default)."""
+        loaded = self._loaded.get(collection_name)
+        if loaded is None:
+            loaded = self._loaded[collection_name] = self._load(collection_name)
+        ids, matrix = loaded
+        if not ids:
+            return {}
+        query = np.asarray(query_vector, dtype=np.float32)
+        sims = matrix @ (query / (np.linalg.norm(query) or 1.0))
+        order = np.argsort(-sims, kind="stable")[: min(n or len(ids), len(ids))]
+        return {ids[i]: float(sims[i]) for i in order}
+
+    def _load(self, collection_name: str) -> tuple[list[str], np.ndarray]:
+        """A collection's ids and unit-length embeddings, read from chroma once.
+
+        Retrieval asks for the similarity of every document of a collection (every table, every
+        column of a table): exactly what an exhaustive product computes, while chroma's HNSW
+        query for all documents, and its count, cost milliseconds each, per table per question
+        on a large schema. A store reads one synced KB; ``sync`` drops what was read."""
         chroma = client(self.path)
         try:
             collection = chroma.get_collection(collection_name, embedding_function=_ef())
         except Exception:  # chroma raises NotFoundError or ValueError depending on version
-            return {}
-        count = collection.count()
-        if not count:
-            return {}
-        result = collection.query(query_embeddings=[list(map(float, query_vector))],
-                                  n_results=min(n or count, count), include=["distances"])
-        return {i: 1.0 - d for i, d in zip(result["ids"][0], result["distances"][0])}
+            return [], np.zeros((0, 0), dtype=np.float32)
+        got = collection.get(include=["embeddings"])
+        if not got["ids"]:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        matrix = np.asarray(got["embeddings"], dtype=np.float32)
+        matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+        return list(got["ids"]), matrix
 
     def example_hits(self, query_vector, n: int) -> list[tuple[str, float, dict]]:
         """(document id, similarity, metadata) of the nearest verified examples."""
