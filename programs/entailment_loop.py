@@ -18,8 +18,9 @@ from reflect_sql.programs.checks import Finding, check_result, execution_finding
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.trace import Trace, TraceStep
-from reflect_sql.settings import ENTAILMENT_SCALE, Settings
+from reflect_sql.settings import Settings
 from reflect_sql.signatures.entailment_judge import EntailmentJudge
+from reflect_sql.signatures.scales import ENTAILMENT_SCALE
 
 # Rows shown to the judge and in feedback: enough to see the shape, few enough for a small context.
 PREVIEW_ROWS = 10
@@ -71,7 +72,7 @@ class EntailmentLoop(dspy.Module):
     def forward(self, question: str, evidence: str, candidate: Candidate, trace: Trace, round: int) -> str:
         """Fill the candidate's result, findings and E; returns the feedback for the next round ("" if it passed)."""
         s = self.settings
-        lo = ENTAILMENT_SCALE[0]
+        lo = ENTAILMENT_SCALE.low
         step = trace.add(TraceStep("entailment", round, 0, inputs={"sql": candidate.sql}))
         result, error = execute(self.handles.engine, candidate.sql, s)
         candidate.result, candidate.execution_error = result, error

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dspy
 
-from reflect_sql.signatures.scales import SCALE_10, Score10
+from reflect_sql.signatures.scales import RETRIEVAL_SCALE, Score10
 
 
 class RetrievalJudge(dspy.Signature):
@@ -33,9 +33,9 @@ class RetrievalJudge(dspy.Signature):
     missing_aspects: list[str] = dspy.OutputField(
         desc="Concrete things the SQL needs that the context lacks; [] when nothing is missing."
     )
-    relevance: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+    relevance: Score10 = dspy.OutputField(desc=RETRIEVAL_SCALE.describe(
         "R", {1: "unrelated", 5: "partly related", 10: "every element relevant"}))
-    completeness: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+    completeness: Score10 = dspy.OutputField(desc=RETRIEVAL_SCALE.describe(
         "C", {1: "the central table or measure missing", 5: "a filter, value or join key missing", 10: "nothing missing"}))
     rewritten_question: str = dspy.OutputField(
         desc="Q': the question restated for a second schema search, naming the missing concepts."
