@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from reflect_sql.db.schema import ForeignKey
 from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATABASE, ContextColumn, ContextTable,
-                                    ExampleHit, JoinEdge, SchemaContext, estimated_tokens, fk_graph, fk_path)
+                                    ExampleHit, SchemaContext, estimated_tokens, fk_graph, fk_path)
 from reflect_sql.kb.documents import GLOBAL, collection_for_table
 from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
@@ -354,7 +355,7 @@ class Retriever:
     def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], named: dict[str, float],
                  evidence_of: dict, example_columns: dict[str, float],
                  column_similarities: Callable[[str], dict[str, float]], m: int, floor: float,
-                 every_column: bool) -> tuple[list[ContextTable], list[JoinEdge]]:
+                 every_column: bool) -> tuple[list[ContextTable], list[ForeignKey]]:
         """Step 2: the columns shown of each selected table, and the join edges among them."""
         w = self.weights
         joins, join_keys, references = self._joins(set(selected))
@@ -387,10 +388,9 @@ class Retriever:
                 columns=[self._context_column(c, s, why, references.get((name, c.name))) for s, c, why in kept]))
         return entries, joins
 
-    def _joins(self, tables: set[str]) -> tuple[list[JoinEdge], set[tuple[str, str]], dict[tuple[str, str], str]]:
+    def _joins(self, tables: set[str]) -> tuple[list[ForeignKey], set[tuple[str, str]], dict[tuple[str, str], str]]:
         """The FK edges among ``tables``, their key columns, and each referencing column's target."""
-        joins = [JoinEdge(fk.table, fk.columns, fk.ref_table, fk.ref_columns) for fk in self.kb.foreign_keys
-                 if fk.table in tables and fk.ref_table in tables]
+        joins = [fk for fk in self.kb.foreign_keys if fk.table in tables and fk.ref_table in tables]
         join_keys = {(j.table, c) for j in joins for c in j.columns} | {(j.ref_table, c) for j in joins for c in j.ref_columns}
         references = {(j.table, c): f"{j.ref_table}({r})" for j in joins for c, r in zip(j.columns, j.ref_columns)}
         return joins, join_keys, references

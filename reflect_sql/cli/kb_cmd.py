@@ -74,10 +74,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     describer = None
     if args.describe:
-        from reflect_sql.kb.describe import ColumnDescriber
+        from reflect_sql.kb.describe import DescriptionWriter
         from reflect_sql.lm.factory import make_lm
 
-        describer = ColumnDescriber(lm=make_lm(settings.lm, settings, role="describer"))
+        describer = DescriptionWriter(lm=make_lm(settings.lm, settings, role="describer"))
     report = build_kb(args.db, _dir(args, settings), settings, descriptions=args.descriptions,
                       tables_json=args.tables_json, glossary=args.glossary, train=args.train, db_id=args.db_id,
                       describer=describer)
