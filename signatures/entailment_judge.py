@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dspy
 
+from reflect_sql.signatures.question import AboutAQuestion
 from reflect_sql.signatures.scales import ENTAILMENT_SCALE, Score5
 
 
-class EntailmentJudge(dspy.Signature):
+class EntailmentJudge(AboutAQuestion):
     """A SQL query was run for a question; you see the query, a preview of its result and the
     findings of automatic result checks. Judge whether the result entails an answer to the question.
 
@@ -26,8 +27,6 @@ class EntailmentJudge(dspy.Signature):
     and how the query should change (address every finding), or "none" when the result answers
     the question."""
 
-    question: str = dspy.InputField(desc="The user's question.")
-    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The executed SQL.")
     result_preview: str = dspy.InputField(desc="Row count, column names and the first rows of the result.")

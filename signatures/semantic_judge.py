@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dspy
 
+from reflect_sql.signatures.question import AboutAQuestion
 from reflect_sql.signatures.scales import SEMANTIC_SCALE, Score10
 
 
-class SemanticJudge(dspy.Signature):
+class SemanticJudge(AboutAQuestion):
     """You review a SQL query written for a question, before it runs. Judge its meaning, not its
     style. For each criterion write a one-line rationale, then its score, an integer from 1 (wrong) to 10
     (right) that agrees with the rationale:
@@ -28,8 +29,6 @@ class SemanticJudge(dspy.Signature):
 
     Then give a diagnosis: the concrete problems and how to fix them, or "none" if there are none."""
 
-    question: str = dspy.InputField(desc="The user's question.")
-    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The SQL query under review.")
 
