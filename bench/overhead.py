@@ -27,6 +27,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from reflect_sql.cli.common import add_json_arg, add_out_arg, add_set_arg  # noqa: E402
 from reflect_sql.errors import UserError  # noqa: E402
 from reflect_sql.experiments.config import load_config  # noqa: E402
 
@@ -69,11 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="only the first N questions (default: all)")
     parser.add_argument("--no-kb", action="store_true", help="whole-schema context instead of KB retrieval")
     parser.add_argument("--kb-cache", default=None, help="where KBs are built and reused (default: a temp dir)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting, e.g. use_enrichment=false")
-    parser.add_argument("--out", metavar="DIR", help="keep the run's output here (default: a temp dir, removed)")
+    add_set_arg(parser, "override a setting, e.g. use_enrichment=false")
+    add_out_arg(parser, "keep the run's output here (default: a temp dir, removed)")
     parser.add_argument("--against", metavar="SUMMARY.json", help="an eval summary with the embedded LM")
-    parser.add_argument("--json", action="store_true")
+    add_json_arg(parser)
     args = parser.parse_args(argv)
 
     from reflect_sql.db.sqlite import SQLiteEngine
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             "kb": {"enabled": not args.no_kb, "cache": str(kb_cache)},
             "settings": {"lm_cache": False, "cache_dir": str(tmp / "dspy")},
         }))
-        config = load_config(config_path, args.sets)
+        config = load_config(config_path, args.set_)
         questions = config.dataset.load()
         run_dir = Path(args.out) if args.out else tmp / "run"
         factory = PipelineFactory(config, run_dir, lms=oracle_lms(questions))

@@ -25,6 +25,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from reflect_sql.cli.common import add_json_arg, add_out_arg, add_set_arg  # noqa: E402
 from reflect_sql.errors import UserError  # noqa: E402
 from reflect_sql.experiments.config import load_config  # noqa: E402
 
@@ -51,7 +52,7 @@ def run_variant(mode: str, layout: str, args, out: Path) -> list[dict]:
         "settings": {"lm": args.lm, "lm_cache": False, "prompt_layout": layout, "use_enrichment": False,
                      "cache_dir": str(out / "dspy-cache")},
     }))
-    config = load_config(config_path, args.sets)
+    config = load_config(config_path, args.set_)
     run_dir = out / variant_name(mode, layout)
     lms = oracle_lms(config.dataset.load()) if args.oracle else None
     factory = PipelineFactory(config, run_dir, lms=lms)
@@ -87,11 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=10, help="seeded BIRD dev sample size (default 10)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lm", default="local/qwen2.5-coder-0.5b")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting of every variant")
-    parser.add_argument("--out", metavar="DIR", help="keep (and resume) the runs here (default: a temp dir, removed)")
+    add_set_arg(parser, "override a setting of every variant")
+    add_out_arg(parser, "keep (and resume) the runs here (default: a temp dir, removed)")
     parser.add_argument("--oracle", action="store_true", help="the zero-latency oracle LM instead of the model")
-    parser.add_argument("--json", action="store_true")
+    add_json_arg(parser)
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="pipeline-speed-") as tmp:

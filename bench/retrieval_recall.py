@@ -64,7 +64,7 @@ def evaluate(dataset: str, questions, kb_dirs: dict[str, Path], settings: Settin
             retriever = retrievers[q.db_id] = Retriever(kb_dirs[q.db_id], settings)
         kb = retriever.kb
         try:
-            gold_tables, gold_columns = sql_usage(q.gold_sql, kb.mapping(), kb.dialect)
+            gold_tables, gold_columns = sql_usage(q.gold_sql, kb.sqlglot_mapping(), kb.dialect)
         except UsageError:
             skipped += 1
             continue

@@ -1,32 +1,26 @@
-"""reflect_sql.db: read-only SQL engines (SQLite, PostgreSQL) behind one interface, and their schema model."""
-from reflect_sql.db.base import (
-    ConnectionFailed,
-    Engine,
-    EngineError,
-    QueryRefused,
-    QueryResult,
-    QueryTimeout,
-    SQLExecutionError,
-    SQLSyntaxError,
-)
-from reflect_sql.db.connect import is_postgres_url, open_engine
-from reflect_sql.db.guard import guard_sql
-from reflect_sql.db.schema import Column, ForeignKey, Schema, Table
+"""reflect_sql.db: read-only SQL engines (SQLite, PostgreSQL) behind one interface, and their schema model.
 
-__all__ = [
-    "Column",
-    "ConnectionFailed",
-    "Engine",
-    "EngineError",
-    "ForeignKey",
-    "QueryRefused",
-    "QueryResult",
-    "QueryTimeout",
-    "SQLExecutionError",
-    "SQLSyntaxError",
-    "Schema",
-    "Table",
-    "guard_sql",
-    "is_postgres_url",
-    "open_engine",
-]
+Each name is imported from its module on first use (PEP 562), so that reading the schema model
+(``reflect_sql.db.schema``, which the KB's document extends) does not load sqlglot and the engines.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_MODULE_OF = {
+    "ConnectionFailed": "base", "Engine": "base", "EngineError": "base", "QueryRefused": "base",
+    "QueryResult": "base", "QueryTimeout": "base", "SQLExecutionError": "base", "SQLSyntaxError": "base",
+    "is_postgres_url": "connect", "open_engine": "connect",
+    "guard_sql": "guard",
+    "Column": "schema", "ForeignKey": "schema", "Schema": "schema", "Table": "schema",
+}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value

@@ -1,8 +1,26 @@
-"""The schema model every engine's ``introspect()`` returns, and every room above ``db`` reads."""
+"""The schema model every engine's ``introspect()`` returns, and every room above ``db`` reads.
+
+These are the one set of schema types: the knowledge base's document (``kb/model.py``) extends
+them with what it learns about each table and column, and a retrieved schema context
+(``kb/context.py``) is a view of the tables and columns it shows.
+"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable, Protocol, TypeVar
+
+
+class _Named(Protocol):
+    name: str
+
+
+NamedT = TypeVar("NamedT", bound=_Named)
+
+
+def find_named(items: Iterable[NamedT], name: str) -> NamedT | None:
+    """The first of ``items`` called ``name``, case-insensitively, as SQL identifiers compare."""
+    lowered = name.lower()
+    return next((item for item in items if item.name.lower() == lowered), None)
 
 
 @dataclass
@@ -26,6 +44,10 @@ class ForeignKey:
     # "declared" (from the engine's catalogue) or "tables.json" (from a Spider/BIRD schema file).
     source: str = "declared"
 
+    def render(self) -> str:
+        """The join condition: ``a.x = b.y`` (``AND`` between the pairs of a composite key)."""
+        return " AND ".join(f"{self.table}.{c} = {self.ref_table}.{r}" for c, r in zip(self.columns, self.ref_columns))
+
 
 @dataclass
 class Table:
@@ -35,8 +57,7 @@ class Table:
     row_count: int | None = None
 
     def column(self, name: str) -> Column | None:
-        lowered = name.lower()
-        return next((c for c in self.columns if c.name.lower() == lowered), None)
+        return find_named(self.columns, name)
 
 
 @dataclass
@@ -46,8 +67,7 @@ class Schema:
     foreign_keys: list[ForeignKey] = field(default_factory=list)
 
     def table(self, name: str) -> Table | None:
-        lowered = name.lower()
-        return next((t for t in self.tables if t.name.lower() == lowered), None)
+        return find_named(self.tables, name)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,7 +32,8 @@ from typing import Any
 from reflect_sql.errors import UserError
 from reflect_sql.files import read_yaml_mapping
 from reflect_sql.experiments.datasets import FORMATS, Question, load_dataset
-from reflect_sql.settings import Settings, SettingsError, env_overrides, load_settings, parse_assignments
+from reflect_sql.settings import (RETRIEVAL_WEIGHT_KEYS, Settings, SettingsError, env_overrides, load_settings,
+                                  parse_assignments)
 
 MODES = ("reflect", "single-pass")
 _TOP_KEYS = {"name", "extends", "dataset", "mode", "threads", "score_timeout_s", "mlflow", "kb", "settings", "description"}
@@ -45,7 +46,7 @@ _NOT_IN_FINGERPRINT = {"lm_record_dir", "lm_replay_dir", "lm_cache", "cache_dir"
                        "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s"}
 # Settings added after runs were first fingerprinted: left out while at their default, so that a run
 # started before they existed still resumes, and in once changed, so that it then does not.
-_IN_FINGERPRINT_WHEN_CHANGED = {"max_value_bytes"}
+_IN_FINGERPRINT_WHEN_CHANGED = {"max_value_bytes", *RETRIEVAL_WEIGHT_KEYS}
 _SECTIONS = {"dataset": _DATASET_KEYS, "mlflow": _MLFLOW_KEYS, "kb": _KB_KEYS}
 
 

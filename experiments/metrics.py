@@ -200,24 +200,28 @@ def _no_prediction(pred_sql: str | None) -> Match | None:
     return None
 
 
+def _fetch_side(ro: _ReadOnly, sql: str, deadline: float, side: str, late: str
+                ) -> tuple[list[tuple] | None, Match | None]:
+    """One side's rows, or the verdict that ends the pair (``side``: "pred" or "gold"; ``late``: what
+    a timeout says)."""
+    try:
+        return ro.fetch(sql, deadline), None
+    except _Timeout:
+        return None, Match(False, f"{side}_timeout", late)
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        # ValueError: several statements; OverflowError: an integer too large for Python's binding.
+        return None, Match(False, f"{side}_error", f"{type(exc).__name__}: {exc}")
+
+
 def _pair_on(ro: _ReadOnly, pred_sql: str, gold_sql: str, timeout_s: float
              ) -> tuple[Match | None, list[tuple] | None, list[tuple] | None]:
     """Run prediction then gold under one deadline, as the official ``func_timeout`` wraps both."""
     deadline = time.monotonic() + timeout_s
-    try:
-        pred_rows = ro.fetch(pred_sql, deadline)
-    except _Timeout:
-        return Match(False, "pred_timeout", f"prediction ran longer than {timeout_s:g}s"), None, None
-    except (sqlite3.Error, ValueError, OverflowError) as exc:
-        # ValueError: several statements; OverflowError: an integer too large for Python's binding.
-        return Match(False, "pred_error", f"{type(exc).__name__}: {exc}"), None, None
-    try:
-        gold_rows = ro.fetch(gold_sql, deadline)
-    except _Timeout:
-        return Match(False, "gold_timeout", f"gold query ran past the {timeout_s:g}s budget"), pred_rows, None
-    except (sqlite3.Error, ValueError, OverflowError) as exc:
-        return Match(False, "gold_error", f"{type(exc).__name__}: {exc}"), pred_rows, None
-    return None, pred_rows, gold_rows
+    pred_rows, failed = _fetch_side(ro, pred_sql, deadline, "pred", f"prediction ran longer than {timeout_s:g}s")
+    if failed is not None:
+        return failed, None, None
+    gold_rows, failed = _fetch_side(ro, gold_sql, deadline, "gold", f"gold query ran past the {timeout_s:g}s budget")
+    return failed, pred_rows, gold_rows
 
 
 def _cannot_open(db_path: str | Path, exc: Exception) -> Match:

@@ -7,6 +7,7 @@ derived indexes (chroma collections, value index) are synced, each touching only
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from reflect_sql.errors import UserError
 from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
-from reflect_sql.kb.model import ColumnEntry, Example, ForeignKeyEntry, KnowledgeBase, TableEntry
+from reflect_sql.kb.model import ColumnEntry, Example, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
 from reflect_sql.kb.values import ValueIndex, indexable_column, indexable_value
 from reflect_sql.kb.versions import KBDir
@@ -73,7 +74,7 @@ def _base_document(db: str, schema: Schema, notes, names, pairs, glossary, warni
         for c in t.columns:
             note = t_notes.get(c.name.lower())
             columns.append(ColumnEntry(
-                name=c.name, type=c.type, primary_key=c.primary_key,
+                name=c.name, type=c.type, nullable=c.nullable, primary_key=c.primary_key,
                 natural_name=(note.natural_name if note and note.natural_name else
                               names.columns.get((t.name.lower(), c.name.lower()), "")),
                 description=note.description if note else "",
@@ -88,13 +89,13 @@ def _base_document(db: str, schema: Schema, notes, names, pairs, glossary, warni
         warnings.append(f"descriptions name a table the database lacks: {missing}")
     kb = KnowledgeBase(
         database=db, dialect=schema.dialect, tables=tables,
-        foreign_keys=[ForeignKeyEntry(fk.table, list(fk.columns), fk.ref_table, list(fk.ref_columns))
+        foreign_keys=[dataclasses.replace(fk, columns=list(fk.columns), ref_columns=list(fk.ref_columns))
                       for fk in schema.foreign_keys],
         terms=dict(glossary.terms), aliases=dict(glossary.aliases),
     )
     from reflect_sql.kb.usage import UsageError, sql_usage
 
-    mapping = kb.mapping()
+    mapping = kb.sqlglot_mapping()
     unparsed = 0
     for pair in pairs:
         try:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
+from reflect_sql.db.schema import ForeignKey, find_named
 from reflect_sql.kb.values import ValueMatch
 
 DESCRIPTION_CHARS = 110
@@ -31,6 +32,8 @@ def estimated_tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
+# A context's tables and columns are views of the KB's (``kb/model.py``): the ones shown, with how
+# retrieval scored them and why it kept them; its joins are the KB's foreign keys among them.
 @dataclass
 class ContextColumn:
     name: str
@@ -61,28 +64,7 @@ class ExampleHit:
     similarity: float
 
 
-@dataclass
-class JoinEdge:
-    table: str
-    columns: list[str]
-    ref_table: str
-    ref_columns: list[str]
-
-    def render(self) -> str:
-        return " AND ".join(f"{self.table}.{c} = {self.ref_table}.{r}" for c, r in zip(self.columns, self.ref_columns))
-
-
-class Link(Protocol):
-    """A foreign key as the KB document (``ForeignKeyEntry``) and the database schema
-    (``db.schema.ForeignKey``) both hold it."""
-
-    table: str
-    columns: list[str]
-    ref_table: str
-    ref_columns: list[str]
-
-
-def fk_graph(foreign_keys: Iterable[Link], tables: Iterable[str] = ()) -> dict[str, set[str]]:
+def fk_graph(foreign_keys: Iterable[ForeignKey], tables: Iterable[str] = ()) -> dict[str, set[str]]:
     """Tables as nodes, foreign keys as undirected edges; ``tables`` adds nodes with no key."""
     graph: dict[str, set[str]] = {t: set() for t in tables}
     for fk in foreign_keys:
@@ -114,7 +96,7 @@ def fk_path(graph: dict[str, set[str]], sources: Iterable[str], target: str) -> 
     return []
 
 
-def path_links(foreign_keys: Iterable[Link], path: list[str]) -> list[list[Link]]:
+def path_links(foreign_keys: Iterable[ForeignKey], path: list[str]) -> list[list[ForeignKey]]:
     """For each step of ``path`` (as ``fk_path`` returns it), the foreign keys that make it: several
     when two tables are linked more than once (an eye and a hair colour both point at ``colour``)."""
     keys = list(foreign_keys)
@@ -139,7 +121,7 @@ class SchemaContext:
     k: int
     m: int
     entries: list[ContextTable]
-    joins: list[JoinEdge] = field(default_factory=list)
+    joins: list[ForeignKey] = field(default_factory=list)
     values: list[ValueMatch] = field(default_factory=list)
     examples: list[ExampleHit] = field(default_factory=list)
     terms: dict[str, str] = field(default_factory=dict)
@@ -154,8 +136,7 @@ class SchemaContext:
         return [f"{t.name}.{c.name}" for t in self.entries for c in t.columns]
 
     def table(self, name: str) -> ContextTable | None:
-        lowered = name.lower()
-        return next((t for t in self.entries if t.name.lower() == lowered), None)
+        return find_named(self.entries, name)
 
     def to_json(self) -> dict[str, Any]:
         return {

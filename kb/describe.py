@@ -13,18 +13,18 @@ from typing import Any
 import dspy
 
 from reflect_sql.kb.model import ColumnEntry, TableEntry
-from reflect_sql.signatures.column_describer import ColumnDescriber as ColumnDescriberSignature
+from reflect_sql.signatures.column_describer import ColumnDescriber
 
 MAX_WORDS = 40
 SAMPLES = 5
 
 
-class ColumnDescriber:
+class DescriptionWriter:
     """``describer(table, column) -> str``, the callable ``build_from_engine(describer=...)`` takes."""
 
     def __init__(self, lm: Any = None, predictor: Any = None):
         self.lm = lm
-        self.predictor = predictor if predictor is not None else dspy.Predict(ColumnDescriberSignature)
+        self.predictor = predictor if predictor is not None else dspy.Predict(ColumnDescriber)
         self.calls = 0
 
     def __call__(self, table: TableEntry, column: ColumnEntry) -> str:

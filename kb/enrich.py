@@ -107,7 +107,7 @@ def _enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments:
     if not question.strip() or not sql.strip():
         reasons.append("question and SQL must be non-empty")
     try:
-        used_tables, used_columns = sql_usage(sql, kb.mapping(), kb.dialect)
+        used_tables, used_columns = sql_usage(sql, kb.sqlglot_mapping(), kb.dialect)
     except UsageError as exc:
         used_tables, used_columns = [], []
         reasons.append(f"the SQL does not resolve against the KB's schema: {exc}")

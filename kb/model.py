@@ -1,5 +1,8 @@
 """The JSON knowledge-base document: the source of truth for one database.
 
+It is the database's schema (``db/schema.py``'s types) with what the KB knows besides: names in
+words, descriptions, aliases, verified examples and a glossary.
+
 Everything else in a KB directory (chroma collections, the value index) is derived from it and can
 be rebuilt. The document is human-readable, and every change makes a new numbered version
 (``versions.py``), so enrichment can be listed and rolled back.
@@ -11,46 +14,29 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from reflect_sql.db.schema import Column, ForeignKey, Schema, Table
+
 FORMAT = 1
 
 
 @dataclass
-class ColumnEntry:
-    name: str
+class ColumnEntry(Column):
     type: str = ""
-    primary_key: bool = False
     natural_name: str = ""
     description: str = ""
     # Where ``description`` came from: "csv", "llm", "enrichment" or "" (none).
     description_source: str = ""
     value_description: str = ""
     data_format: str = ""
-    samples: list[Any] = field(default_factory=list)
-    value_range: list[Any] = field(default_factory=list)  # [smallest, largest] of a number or date column
     # alias -> the stored value it means ("bubble tea" -> "Trà sữa nướng"), learnt by enrichment.
     aliases: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
-class TableEntry:
-    name: str
+class TableEntry(Table):
     columns: list[ColumnEntry]
     natural_name: str = ""
     description: str = ""
-    primary_key: list[str] = field(default_factory=list)
-    row_count: int | None = None
-
-    def column(self, name: str) -> ColumnEntry | None:
-        lowered = name.lower()
-        return next((c for c in self.columns if c.name.lower() == lowered), None)
-
-
-@dataclass
-class ForeignKeyEntry:
-    table: str
-    columns: list[str]
-    ref_table: str
-    ref_columns: list[str]
 
 
 @dataclass
@@ -67,21 +53,15 @@ class Example:
 
 
 @dataclass
-class KnowledgeBase:
-    database: str  # the DB string it was built from, so `ask` can reuse the KB
-    dialect: str
+class KnowledgeBase(Schema):
     tables: list[TableEntry]
-    foreign_keys: list[ForeignKeyEntry] = field(default_factory=list)
+    database: str = field(kw_only=True)  # the DB string it was built from, so `ask` can reuse the KB
     examples: list[Example] = field(default_factory=list)
     terms: dict[str, str] = field(default_factory=dict)
     # The glossary's aliases (alias -> value); the value index finds the columns holding each value.
     aliases: dict[str, str] = field(default_factory=dict)
     version: int = 0
     format: int = FORMAT
-
-    def table(self, name: str) -> TableEntry | None:
-        lowered = name.lower()
-        return next((t for t in self.tables if t.name.lower() == lowered), None)
 
     def column(self, table: str, column: str) -> ColumnEntry | None:
         entry = self.table(table)
@@ -95,9 +75,6 @@ class KnowledgeBase:
 
     def content_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.content(), sort_keys=True, default=str).encode()).hexdigest()
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "KnowledgeBase":
@@ -114,14 +91,10 @@ class KnowledgeBase:
             database=data["database"],
             dialect=data["dialect"],
             tables=tables,
-            foreign_keys=[build(ForeignKeyEntry, fk) for fk in data.get("foreign_keys", [])],
+            foreign_keys=[build(ForeignKey, fk) for fk in data.get("foreign_keys", [])],
             examples=[build(Example, e) for e in data.get("examples", [])],
             terms=dict(data.get("terms", {})),
             aliases=dict(data.get("aliases", {})),
             version=int(data.get("version", 0)),
             format=int(data.get("format", FORMAT)),
         )
-
-    def mapping(self) -> dict[str, dict[str, str]]:
-        """``{table: {column: type}}`` for sqlglot."""
-        return {t.name: {c.name: c.type or "TEXT" for c in t.columns} for t in self.tables}

@@ -7,12 +7,12 @@ split, "oldest" read as asking for an age), or quotes a value it holds (the valu
 similar verified example used it.
 
 1. Tables: of the top ``k``, the best is kept, and each other one if its score is close to the
-   best (``table_margin``) or the question gives direct evidence for it (names the table, names one
+   best (``retrieval_table_margin``) or the question gives direct evidence for it (names the table, names one
    of its columns, quotes one of its values). Then the tables on FK paths needed to join the kept
    ones are added (bridges), whatever k.
 2. Columns: in each kept table, the key columns joining it to the other kept tables are always
    kept (and the primary key of a lone table); of the rest, up to ``m`` by score, each needing
-   ``column_floor``: cosine similarity alone rarely reaches it, a name or value match does. A
+   ``retrieval_column_floor``: cosine similarity alone rarely reaches it, a name or value match does. A
    table's label column ("name", "title") counts as named when the question names the table.
 
 Widening k and m (the retrieval loop's second lever) is a parameter: beyond the settings' k_tables
@@ -36,8 +36,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from reflect_sql.db.schema import ForeignKey
 from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATABASE, ContextColumn, ContextTable,
-                                    ExampleHit, JoinEdge, SchemaContext, estimated_tokens, fk_graph, fk_path)
+                                    ExampleHit, SchemaContext, estimated_tokens, fk_graph, fk_path)
 from reflect_sql.kb.documents import GLOBAL, collection_for_table
 from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import Store
@@ -51,33 +52,32 @@ VALUES_FILE = "values.sqlite"
 
 @dataclass(frozen=True)
 class Weights:
-    """How lexical, value and example evidence add to cosine similarity (which lies in [-1, 1]).
+    """How lexical, value and example evidence add to cosine similarity: a view of the settings'
+    ``retrieval_*`` weights (documented there), read once per retriever."""
 
-    Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py), in round steps.
-    """
+    table_name: float
+    table_column: float
+    table_value: float
+    column_name: float
+    column_value: float
+    label: float
+    example: float
+    example_min_similarity: float
+    table_margin: float
+    column_floor: float
+    strong_table_name: float
+    strong_column_name: float
+    strong_value: float
+    margin_per_step: float
+    floor_per_step: float
+    examples_shown: int
+    example_show_similarity: float
 
-    table_name: float = 0.35  # x share of the table's name the question spells
-    table_column: float = 0.4  # x best column-name match, discounted when many tables share the word
-    table_value: float = 0.45  # x best value match in the table
-    column_name: float = 0.5
-    column_value: float = 0.6
-    label: float = 0.2  # the label column of a table the question names
-    example: float = 0.3  # x similarity of a verified example that used the table/column
-    example_min_similarity: float = 0.7
-    table_margin: float = 0.35
-    column_floor: float = 0.6
-    # Direct evidence that admits a table beyond the margin.
-    strong_table_name: float = 0.5
-    strong_column_name: float = 0.9
-    strong_value: float = 0.7
-    # How much each growth step beyond the default k / m loosens the margin / the floor.
-    margin_per_step: float = 0.35
-    floor_per_step: float = 0.15
-    examples_shown: int = 3
-    example_show_similarity: float = 0.5
+    @classmethod
+    def of(cls, settings: Settings) -> "Weights":
+        return cls(**settings.retrieval_weights)
 
 
-DEFAULT_WEIGHTS = Weights()
 # A column the question neither names nor holds a value of: no name coverage, nothing shared
 # with other tables (specificity 1), no value match.
 NO_EVIDENCE = (0.0, 1.0, 0.0)
@@ -189,10 +189,10 @@ class _Question:
 class Retriever:
     """Retrieval over one KB directory; opens its indexes once and answers many questions."""
 
-    def __init__(self, kb_dir: str | Path, settings: Settings | None = None, weights: Weights = DEFAULT_WEIGHTS):
+    def __init__(self, kb_dir: str | Path, settings: Settings | None = None):
         self.path = Path(kb_dir)
         self.settings = settings or Settings()
-        self.weights = weights
+        self.weights = Weights.of(self.settings)
         self.kb: KnowledgeBase = KBDir(self.path).load()
         self.store = Store(self.path)
         self.values = ValueIndex(self.path / VALUES_FILE)
@@ -458,7 +458,7 @@ class Retriever:
     def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], named: dict[str, float],
                  evidence_of: dict, example_columns: dict[str, float],
                  column_similarities: Callable[[str], dict[str, float]], m: int, floor: float,
-                 every_column: bool) -> tuple[list[ContextTable], list[JoinEdge]]:
+                 every_column: bool) -> tuple[list[ContextTable], list[ForeignKey]]:
         """Step 2: the columns shown of each selected table, and the join edges among them."""
         w = self.weights
         joins, join_keys, references = self._joins(set(selected))
@@ -491,10 +491,9 @@ class Retriever:
                 columns=[self._context_column(c, s, why, references.get((name, c.name))) for s, c, why in kept]))
         return entries, joins
 
-    def _joins(self, tables: set[str]) -> tuple[list[JoinEdge], set[tuple[str, str]], dict[tuple[str, str], str]]:
+    def _joins(self, tables: set[str]) -> tuple[list[ForeignKey], set[tuple[str, str]], dict[tuple[str, str], str]]:
         """The FK edges among ``tables``, their key columns, and each referencing column's target."""
-        joins = [JoinEdge(fk.table, fk.columns, fk.ref_table, fk.ref_columns) for fk in self.kb.foreign_keys
-                 if fk.table in tables and fk.ref_table in tables]
+        joins = [fk for fk in self.kb.foreign_keys if fk.table in tables and fk.ref_table in tables]
         join_keys = {(j.table, c) for j in joins for c in j.columns} | {(j.ref_table, c) for j in joins for c in j.ref_columns}
         references = {(j.table, c): f"{j.ref_table}({r})" for j in joins for c, r in zip(j.columns, j.ref_columns)}
         return joins, join_keys, references

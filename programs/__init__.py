@@ -3,7 +3,7 @@
 from reflect_sql.programs.answer import prediction_to_json
 from reflect_sql.programs.build import MODES, build_program
 from reflect_sql.programs.reflect_sql import ReflectSQL
-from reflect_sql.programs.retriever import Retriever, SchemaRetriever
+from reflect_sql.programs.retriever import ContextProvider, SchemaRetriever
 from reflect_sql.programs.single_pass import SinglePass
 
-__all__ = ["MODES", "ReflectSQL", "Retriever", "SchemaRetriever", "SinglePass", "build_program", "prediction_to_json"]
+__all__ = ["MODES", "ContextProvider", "ReflectSQL", "SchemaRetriever", "SinglePass", "build_program", "prediction_to_json"]

@@ -15,36 +15,12 @@ from typing import Any
 
 import dspy
 
-from reflect_sql.errors import InvalidQuestion
 from reflect_sql.lm.accounting import CostMeter
 from reflect_sql.programs.candidate import Candidate
 from reflect_sql.programs.invoke import cost_of
 from reflect_sql.programs.trace import Trace, json_safe
 
 SCORE_KEYS = ("retrieval", "semantic", "entailment")
-
-
-# A question, not a document: longer text cannot fit the embedded model's context with a schema.
-MAX_QUESTION_CHARS = 10_000
-
-
-def require_text(text: str, what: str) -> str:
-    """``text`` if every character can reach a model; undecodable input bytes (read from argv as
-    lone surrogates) cannot, and would fail deep inside the LM client."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidQuestion(f"the {what} holds bytes that are not UTF-8 text; check the terminal's or the file's "
-                        "encoding") from None
-    return text
-
-
-def require_question(question: Any) -> str:
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidQuestion("the question is empty: ask something, e.g. \"How many dishes are on the menu?\"")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InvalidQuestion(f"the question is {len(question):,} characters long; at most {MAX_QUESTION_CHARS:,} are accepted")
-    return require_text(question, "question").strip()
 
 
 def make_prediction(candidate: Candidate | None, trace: Trace, meter: CostMeter, started: float,

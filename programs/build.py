@@ -6,14 +6,14 @@ import dspy
 from reflect_sql.db.base import Engine
 from reflect_sql.errors import UserError
 from reflect_sql.programs.reflect_sql import ReflectSQL
-from reflect_sql.programs.retriever import Retriever, SchemaRetriever
+from reflect_sql.programs.retriever import ContextProvider, SchemaRetriever
 from reflect_sql.programs.single_pass import SinglePass
 from reflect_sql.settings import Settings
 
 MODES = ("reflect", "single-pass")
 
 
-def build_program(settings: Settings, engine: Engine, retriever: Retriever | None = None, mode: str = "reflect",
+def build_program(settings: Settings, engine: Engine, retriever: ContextProvider | None = None, mode: str = "reflect",
                   generator_lm: dspy.BaseLM | None = None, judge_lm: dspy.BaseLM | None = None) -> dspy.Module:
     """A program for ``mode``; without a retriever it serves the whole schema (``SchemaRetriever``).
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import dspy
-
 from reflect_sql.db.base import ConnectionFailed, Engine, EngineError, QueryResult
 from reflect_sql.programs.candidate import Candidate
 from reflect_sql.programs.checks import Finding, check_result, execution_findings, has_errors, render_findings
 from reflect_sql.programs.handles import Handles
-from reflect_sql.programs.invoke import call_predictor, make_predictor
+from reflect_sql.programs.invoke import call_predictor, make_judge
+from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.trace import Trace, TraceStep
-from reflect_sql.settings import ENTAILMENT_SCALE, Settings
+from reflect_sql.settings import Settings
 from reflect_sql.signatures.entailment_judge import EntailmentJudge
+from reflect_sql.signatures.scales import ENTAILMENT_SCALE
 
 # Rows shown to the judge and in feedback: enough to see the shape, few enough for a small context.
 PREVIEW_ROWS = 10
@@ -60,18 +60,15 @@ def schema_context_of(candidate: Candidate) -> str:
     return candidate.context.render() if candidate.context is not None else ""
 
 
-class EntailmentLoop(dspy.Module):
+class EntailmentLoop(Loop):
     def __init__(self, settings: Settings, handles: Handles):
-        super().__init__()
-        self.settings = settings
-        self.handles = handles
-        self.judge = make_predictor(EntailmentJudge, settings.entailment_judge_max_tokens,
-                                    token_probabilities=settings.judge_scores == "expected")
+        super().__init__(settings, handles)
+        self.judge = make_judge(EntailmentJudge, settings.entailment_judge_max_tokens, settings)
 
     def forward(self, question: str, evidence: str, candidate: Candidate, trace: Trace, round: int) -> str:
         """Fill the candidate's result, findings and E; returns the feedback for the next round ("" if it passed)."""
         s = self.settings
-        lo = ENTAILMENT_SCALE[0]
+        lo = ENTAILMENT_SCALE.low
         step = trace.add(TraceStep("entailment", round, 0, inputs={"sql": candidate.sql}))
         result, error = execute(self.handles.engine, candidate.sql, s)
         candidate.result, candidate.execution_error = result, error

@@ -18,6 +18,7 @@ from reflect_sql.lm.adapters import other_adapter
 from reflect_sql.lm.failures import LMFailure, lm_failures
 from reflect_sql.programs.expected_score import TOP_LOGPROBS, expected_scores
 from reflect_sql.programs.judgment import RUBRICS, checker
+from reflect_sql.settings import Settings
 
 COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds")
 
@@ -46,6 +47,11 @@ def make_predictor(signature: type[dspy.Signature], max_tokens: int, *, token_pr
     tokens' log-probabilities, from which ``call_predictor`` takes the expected scores."""
     extra = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if token_probabilities else {}
     return dspy.Predict(signature, max_tokens=max_tokens, stop=[END_OF_REPLY], **extra)
+
+
+def make_judge(signature: type[dspy.Signature], max_tokens: int, settings: Settings) -> dspy.Predict:
+    """A judge's predictor: under ``judge_scores: expected`` it asks for token log-probabilities."""
+    return make_predictor(signature, max_tokens, token_probabilities=settings.judge_scores == "expected")
 
 
 def with_expected_scores(output: dspy.Prediction, signature_name: str) -> dspy.Prediction:

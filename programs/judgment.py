@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reflect_sql.signatures.scales import SCALE_5, SCALE_10, Scale
+from reflect_sql.signatures.scales import ENTAILMENT_SCALE, RETRIEVAL_SCALE, SEMANTIC_SCALE, Scale
 
 NOTHING_WRONG = {"", "none", "n/a", "na", "nothing", "no problems", "no issues", "nothing is wrong", "[]"}
 
@@ -24,10 +24,10 @@ class Rubric:
 
 
 RUBRICS = {
-    "RetrievalJudge": Rubric({"relevance": SCALE_10, "completeness": SCALE_10}, "missing_aspects"),
-    "SemanticJudge": Rubric({"column_consistency": SCALE_10, "granularity": SCALE_10, "join_consistency": SCALE_10,
-                             "query_logic": SCALE_10}, "diagnosis"),
-    "EntailmentJudge": Rubric({"e_schema": SCALE_5, "e_data": SCALE_5}, "diagnosis"),
+    "RetrievalJudge": Rubric({"relevance": RETRIEVAL_SCALE, "completeness": RETRIEVAL_SCALE}, "missing_aspects"),
+    "SemanticJudge": Rubric({"column_consistency": SEMANTIC_SCALE, "granularity": SEMANTIC_SCALE,
+                             "join_consistency": SEMANTIC_SCALE, "query_logic": SEMANTIC_SCALE}, "diagnosis"),
+    "EntailmentJudge": Rubric({"e_schema": ENTAILMENT_SCALE, "e_data": ENTAILMENT_SCALE}, "diagnosis"),
 }
 
 

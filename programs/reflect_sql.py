@@ -16,15 +16,16 @@ from typing import Any
 import dspy
 
 from reflect_sql.db.base import Engine
+from reflect_sql.errors import require_question
 from reflect_sql.lm.accounting import CostMeter
-from reflect_sql.programs.answer import make_prediction, require_question
+from reflect_sql.programs.answer import make_prediction
 from reflect_sql.programs.candidate import Candidate, CandidatePool, better
 from reflect_sql.programs.enrichment import enrich
 from reflect_sql.programs.entailment_loop import EntailmentLoop, execute
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import cost_of
 from reflect_sql.programs.retrieval_loop import RetrievalLoop, RetrievalState
-from reflect_sql.programs.retriever import Retriever
+from reflect_sql.programs.retriever import ContextProvider
 from reflect_sql.programs.selection import select
 from reflect_sql.programs.synthesis_loop import SynthesisLoop
 from reflect_sql.programs.trace import Trace, TraceStep, json_safe
@@ -33,7 +34,7 @@ from reflect_sql.settings import Settings
 
 
 class ReflectSQL(dspy.Module):
-    def __init__(self, settings: Settings, engine: Engine, retriever: Retriever,
+    def __init__(self, settings: Settings, engine: Engine, retriever: ContextProvider,
                  generator_lm: dspy.BaseLM | None = None, judge_lm: dspy.BaseLM | None = None):
         super().__init__()
         self.settings = settings

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import dspy
-
 from reflect_sql.kb.context import WHOLE_DATABASE
-from reflect_sql.programs.invoke import call_predictor, make_predictor
+from reflect_sql.programs.invoke import call_predictor, make_judge
+from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.sql_text import reads_as_sql
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.trace import Trace, TraceStep
@@ -39,13 +38,10 @@ class RetrievalOutcome:
     m: int
 
 
-class RetrievalLoop(dspy.Module):
+class RetrievalLoop(Loop):
     def __init__(self, settings: Settings, handles: Handles):
-        super().__init__()
-        self.settings = settings
-        self.handles = handles
-        self.judge = make_predictor(RetrievalJudge, settings.retrieval_judge_max_tokens,
-                                    token_probabilities=settings.judge_scores == "expected")
+        super().__init__(settings, handles)
+        self.judge = make_judge(RetrievalJudge, settings.retrieval_judge_max_tokens, settings)
 
     def forward(self, question: str, evidence: str, state: RetrievalState, diagnosis: str, trace: Trace, round: int) -> RetrievalOutcome:
         s = self.settings

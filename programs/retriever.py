@@ -25,7 +25,7 @@ class RetrievedContext(Protocol):
 
 
 @runtime_checkable
-class Retriever(Protocol):
+class ContextProvider(Protocol):
     def retrieve(self, question: str, k: int, m: int, evidence: str = "") -> RetrievedContext: ...
 
 
@@ -59,7 +59,7 @@ def _quote(name: str) -> str:
 
 
 @dataclass
-class SchemaContext:
+class WholeSchemaContext:
     """The whole schema as prompt context: CREATE TABLE-like, sample values as comments."""
 
     schema: Schema
@@ -110,8 +110,8 @@ class SchemaRetriever:
     def __init__(self, schema: Schema):
         self.schema = schema
 
-    def retrieve(self, question: str, k: int, m: int, evidence: str = "") -> SchemaContext:
-        return SchemaContext(
+    def retrieve(self, question: str, k: int, m: int, evidence: str = "") -> WholeSchemaContext:
+        return WholeSchemaContext(
             schema=self.schema,
             tables=[t.name for t in self.schema.tables],
             columns=[f"{t.name}.{c.name}" for t in self.schema.tables for c in t.columns],

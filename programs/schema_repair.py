@@ -32,8 +32,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from reflect_sql.db.schema import Schema, Table
-from reflect_sql.kb.context import JoinEdge, fk_graph, fk_path, path_links
+from reflect_sql.db.schema import ForeignKey, Schema, Table
+from reflect_sql.kb.context import fk_graph, fk_path, path_links
 from reflect_sql.kb.text import fold, split_identifier
 from reflect_sql.kb.values import ValueIndex, indexable_value
 from reflect_sql.settings import Settings
@@ -81,7 +81,7 @@ class Repair:
     schema: Schema
     dialect: str
     error: str
-    foreign_keys: list[Any]
+    foreign_keys: list[ForeignKey]
     values: ValueIndex | None
     refs: list[Ref]
     query_tables: dict[str, list[str]]  # schema name -> the aliases the query gives it
@@ -197,7 +197,7 @@ def _classify(state: Repair, ref: Ref) -> None:
     ref.problem = UNOWNED
 
 
-def _analyse(tree: exp.Expression, schema: Schema, dialect: str, error: str, foreign_keys: list[Any],
+def _analyse(tree: exp.Expression, schema: Schema, dialect: str, error: str, foreign_keys: list[ForeignKey],
              values: ValueIndex | None) -> Repair:
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     query_tables: dict[str, list[str]] = {}
@@ -376,7 +376,7 @@ def pull_in_tables(state: Repair) -> None:
 def _join_text(state: Repair, path: list[str], target: str) -> str:
     if len(path) < 2:
         return f"No foreign key links {target} to the tables of the query: join it on matching key columns."
-    edges = [" or ".join(JoinEdge(fk.table, fk.columns, fk.ref_table, fk.ref_columns).render() for fk in links)
+    edges = [" or ".join(fk.render() for fk in links)
              for links in path_links(state.foreign_keys, path)]
     start, aliases = path[0], state.query_tables.get(path[0]) or []
     alias = f" ({start} is {aliases[0]} in the query)" if aliases else ""
@@ -528,7 +528,7 @@ def enabled(settings: Settings) -> bool:
 
 
 def repair(sql: str, error: str, schema: Schema, settings: Settings, dialect: str,
-           foreign_keys: list[Any] | None = None, values: ValueIndex | None = None,
+           foreign_keys: list[ForeignKey] | None = None, values: ValueIndex | None = None,
            meaning: Callable[[str], list[tuple[str, str, float]]] | None = None) -> Outcome | None:
     """Run the enabled rules on ``sql``, which failed to compile with ``error``.
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from reflect_sql.programs.candidate import Candidate, final_rank
-from reflect_sql.settings import ENTAILMENT_SCALE, SEMANTIC_SCALE, Settings
+from reflect_sql.settings import Settings
+from reflect_sql.signatures.scales import ENTAILMENT_SCALE, SEMANTIC_SCALE, Scale
 
 SELECTIONS = ("paper", "vote", "judge_vote")
 NEUTRAL = 0.5
@@ -75,11 +76,11 @@ def groups(pool: list[Candidate]) -> list[Group]:
     return out
 
 
-def _normalised_mean(values: list[float | None], scale: tuple[float, float]) -> float:
+def _normalised_mean(values: list[float | None], scale: Scale) -> float:
     known = [v for v in values if v is not None]
     if not known:
         return NEUTRAL
-    lo, hi = scale
+    lo, hi = scale.low, scale.high
     return sum((v - lo) / (hi - lo) for v in known) / len(known)
 
 

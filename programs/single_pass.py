@@ -6,13 +6,14 @@ import time
 import dspy
 
 from reflect_sql.db.base import Engine
+from reflect_sql.errors import require_question
 from reflect_sql.lm.accounting import CostMeter
-from reflect_sql.programs.answer import make_prediction, require_question
+from reflect_sql.programs.answer import make_prediction
 from reflect_sql.programs.candidate import Candidate
 from reflect_sql.programs.entailment_loop import execute
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import call_predictor, make_predictor
-from reflect_sql.programs.retriever import Retriever, render_examples
+from reflect_sql.programs.retriever import ContextProvider, render_examples
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
@@ -20,7 +21,7 @@ from reflect_sql.signatures.sql_generator import GenerateSQL
 
 
 class SinglePass(dspy.Module):
-    def __init__(self, settings: Settings, engine: Engine, retriever: Retriever, generator_lm: dspy.BaseLM | None = None):
+    def __init__(self, settings: Settings, engine: Engine, retriever: ContextProvider, generator_lm: dspy.BaseLM | None = None):
         super().__init__()
         self.settings = settings
         self.handles = Handles(engine, retriever, generator_lm)

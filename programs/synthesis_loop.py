@@ -14,12 +14,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import dspy
-
 from reflect_sql.db.base import ConnectionFailed, Engine, EngineError, QueryRefused
 from reflect_sql.programs.candidate import Candidate, CandidatePool, better, synthesis_rank
 from reflect_sql.programs.handles import Handles
-from reflect_sql.programs.invoke import call_predictor, make_predictor
+from reflect_sql.programs.invoke import call_predictor, make_judge, make_predictor
+from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.retriever import render_examples
 from reflect_sql.programs import schema_repair
 from reflect_sql.programs.sql_text import clean_sql
@@ -78,15 +77,12 @@ def join_feedback(*parts: str | None) -> str:
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
 
 
-class SynthesisLoop(dspy.Module):
+class SynthesisLoop(Loop):
     def __init__(self, settings: Settings, handles: Handles):
-        super().__init__()
-        self.settings = settings
-        self.handles = handles
+        super().__init__(settings, handles)
         self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
         self.repairer = make_predictor(RepairSQL, settings.repairer_max_tokens)
-        self.judge = make_predictor(SemanticJudge, settings.semantic_judge_max_tokens,
-                                    token_probabilities=settings.judge_scores == "expected")
+        self.judge = make_judge(SemanticJudge, settings.semantic_judge_max_tokens, settings)
 
     def forward(self, question: str, evidence: str, context: Any, retrieval_score: float | None,
                 feedback: str, trace: Trace, round: int, pool: CandidatePool | None = None) -> Candidate | None:

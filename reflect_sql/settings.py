@@ -14,18 +14,22 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reflect_sql.signatures.scales import ENTAILMENT_SCALE, RETRIEVAL_SCALE, SEMANTIC_SCALE
+
 ENV_PREFIX = "REFLECT_SQL_"
 
-# The judges' scales; thresholds must lie inside them.
-RETRIEVAL_SCALE = (1.0, 10.0)
-SEMANTIC_SCALE = (1.0, 10.0)
-ENTAILMENT_SCALE = (1.0, 5.0)
-
 SEMANTIC_WEIGHT_KEYS = ("w_c", "w_g", "w_j", "w_q")
+RETRIEVAL_WEIGHT_PREFIX = "retrieval_"
 
 
 def _default_cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reflect-sql"
+
+
+def _retrieval_weight(default: float, description: str, **bounds: float) -> Any:
+    """A setting of kb/retrieve.py's scoring, marked so that ``RETRIEVAL_WEIGHT_KEYS`` finds it (other
+    settings begin with ``retrieval_`` too, such as ``retrieval_judge_max_tokens``)."""
+    return Field(default, description=description, json_schema_extra={"retrieval_weight": True}, **bounds)
 
 
 class SettingsError(ValueError):
@@ -48,6 +52,38 @@ class Settings(BaseModel):
         "whole schema fits is passed whole (and the retrieval judge, with nothing to add, is not asked); else the "
         "retrieved tables with all their columns, when they fit; else k and m prune as in the paper. 0: always "
         "prune by k and m.")
+    # How lexical, value and example evidence add to a table's or column's cosine similarity (which lies
+    # in [-1, 1]) in kb/retrieve.py. Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py),
+    # in round steps.
+    retrieval_table_name: float = _retrieval_weight(0.35, "Times the share of a table's name the question spells.", ge=0)
+    retrieval_table_column: float = _retrieval_weight(0.4, "Times the table's best column-name match, discounted when "
+                                                      "many tables share the word.", ge=0)
+    retrieval_table_value: float = _retrieval_weight(0.45, "Times the best match of a quoted value the table holds.", ge=0)
+    retrieval_column_name: float = _retrieval_weight(0.5, "Times the share of a column's name the question spells.", ge=0)
+    retrieval_column_value: float = _retrieval_weight(0.6, "Times the match of a quoted value the column holds.", ge=0)
+    retrieval_label: float = _retrieval_weight(0.2, "Added to the label column (name, title) of a table the question "
+                                               "names.", ge=0)
+    retrieval_example: float = _retrieval_weight(0.3, "Times the similarity of a verified example that used the table "
+                                                 "or column.", ge=0)
+    retrieval_example_min_similarity: float = _retrieval_weight(0.7, "Least similarity of a verified example whose "
+                                                                "tables and columns count as evidence.", ge=-1, le=1)
+    retrieval_table_margin: float = _retrieval_weight(0.35, "A table of the top k without direct evidence is kept when "
+                                                      "its score is within this of the best table's.", ge=0)
+    retrieval_column_floor: float = _retrieval_weight(0.6, "Least score of a column kept by m (key and join columns "
+                                                      "are kept anyway); cosine similarity alone rarely reaches it.")
+    retrieval_strong_table_name: float = _retrieval_weight(0.5, "Share of a table's name the question must spell to "
+                                                           "admit the table beyond the margin.", ge=0, le=1)
+    retrieval_strong_column_name: float = _retrieval_weight(0.9, "Column-name match (times its specificity) that "
+                                                            "admits its table beyond the margin.", ge=0)
+    retrieval_strong_value: float = _retrieval_weight(0.7, "Value match that admits its table beyond the margin.", ge=0)
+    retrieval_margin_per_step: float = _retrieval_weight(0.35, "How much each k_growth step beyond k_tables widens the "
+                                                         "table margin.", ge=0)
+    retrieval_floor_per_step: float = _retrieval_weight(0.15, "How much each m_growth step beyond m_columns lowers the "
+                                                        "column floor.", ge=0)
+    retrieval_examples_shown: int = _retrieval_weight(3, "Verified examples shown in the schema context at the most.",
+                                                      ge=0)
+    retrieval_example_show_similarity: float = _retrieval_weight(0.5, "Least similarity of a verified example shown in "
+                                                                 "the schema context.", ge=-1, le=1)
 
     # --- Synthesis loop (paper section 4) ---
     theta_s: float = Field(5.0, description="Semantic threshold on S (scale 1-10).")
@@ -148,8 +184,8 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _check_scales_and_weights(self) -> "Settings":
         problems = []
-        for key, (lo, hi) in (("theta_r", RETRIEVAL_SCALE), ("theta_s", SEMANTIC_SCALE), ("theta_e", ENTAILMENT_SCALE)):
-            value = getattr(self, key)
+        for key, scale in (("theta_r", RETRIEVAL_SCALE), ("theta_s", SEMANTIC_SCALE), ("theta_e", ENTAILMENT_SCALE)):
+            value, lo, hi = getattr(self, key), scale.low, scale.high
             if not lo <= value <= hi:
                 problems.append(f"{key}={value} lies outside its judge's scale [{lo:g}, {hi:g}]")
         weights = [getattr(self, k) for k in SEMANTIC_WEIGHT_KEYS]
@@ -161,11 +197,20 @@ class Settings(BaseModel):
         return self
 
     @property
+    def retrieval_weights(self) -> dict[str, float]:
+        """The ``retrieval_*`` scoring settings, keyed without the prefix (``table_name``: 0.35, ...)."""
+        return {key[len(RETRIEVAL_WEIGHT_PREFIX):]: getattr(self, key) for key in RETRIEVAL_WEIGHT_KEYS}
+
+    @property
     def effective_judge_lm(self) -> str:
         return self.judge_lm or self.lm
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+RETRIEVAL_WEIGHT_KEYS = tuple(key for key, field in Settings.model_fields.items()
+                              if (field.json_schema_extra or {}).get("retrieval_weight"))
 
 
 def _format_validation_error(err: ValidationError, origin: Mapping[str, str]) -> str:

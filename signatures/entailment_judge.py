@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dspy
 
-from reflect_sql.signatures.scales import SCALE_5, Score5
+from reflect_sql.signatures.question import AboutAQuestion
+from reflect_sql.signatures.scales import ENTAILMENT_SCALE, Score5
 
 
-class EntailmentJudge(dspy.Signature):
+class EntailmentJudge(AboutAQuestion):
     """A SQL query was run for a question; you see the query, a preview of its result and the
     findings of automatic result checks. Judge whether the result entails an answer to the question.
 
@@ -26,15 +27,13 @@ class EntailmentJudge(dspy.Signature):
     and how the query should change (address every finding), or "none" when the result answers
     the question."""
 
-    question: str = dspy.InputField(desc="The user's question.")
-    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The executed SQL.")
     result_preview: str = dspy.InputField(desc="Row count, column names and the first rows of the result.")
     check_findings: str = dspy.InputField(desc="Findings of the deterministic result checks, or that all passed.")
 
-    e_schema: Score5 = dspy.OutputField(desc=SCALE_5.describe(
+    e_schema: Score5 = dspy.OutputField(desc=ENTAILMENT_SCALE.describe(
         "E_schema", {1: "answers a different question", 3: "one mismatch", 5: "exactly the question"}))
-    e_data: Score5 = dspy.OutputField(desc=SCALE_5.describe(
+    e_data: Score5 = dspy.OutputField(desc=ENTAILMENT_SCALE.describe(
         "E_data", {1: "cannot be the answer", 3: "plausible but suspicious", 5: "clearly the answer"}))
     diagnosis: str = dspy.OutputField(desc="What is wrong with the result and how to fix the query, or 'none'.")

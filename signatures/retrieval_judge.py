@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dspy
 
-from reflect_sql.signatures.scales import SCALE_10, Score10
+from reflect_sql.signatures.question import AboutAQuestion
+from reflect_sql.signatures.scales import RETRIEVAL_SCALE, Score10
 
 
-class RetrievalJudge(dspy.Signature):
+class RetrievalJudge(AboutAQuestion):
     """You review the database schema context retrieved for a question, before any SQL is written.
     Decide whether a careful analyst could write the correct SQL from this context alone.
 
@@ -25,7 +26,6 @@ class RetrievalJudge(dspy.Signature):
     so that a second search finds them; keep the question's meaning, do not answer it.
     A reviewer's diagnosis from an earlier attempt, when given, says what went wrong downstream."""
 
-    question: str = dspy.InputField(desc="The user's question.")
     evidence: str = dspy.InputField(desc="External knowledge or hints that come with the question; may be empty.")
     schema_context: str = dspy.InputField(desc="The retrieved tables, columns, sample values and examples.")
     diagnosis: str = dspy.InputField(desc="What an earlier attempt got wrong; empty on the first attempt.")
@@ -33,9 +33,9 @@ class RetrievalJudge(dspy.Signature):
     missing_aspects: list[str] = dspy.OutputField(
         desc="Concrete things the SQL needs that the context lacks; [] when nothing is missing."
     )
-    relevance: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+    relevance: Score10 = dspy.OutputField(desc=RETRIEVAL_SCALE.describe(
         "R", {1: "unrelated", 5: "partly related", 10: "every element relevant"}))
-    completeness: Score10 = dspy.OutputField(desc=SCALE_10.describe(
+    completeness: Score10 = dspy.OutputField(desc=RETRIEVAL_SCALE.describe(
         "C", {1: "the central table or measure missing", 5: "a filter, value or join key missing", 10: "nothing missing"}))
     rewritten_question: str = dspy.OutputField(
         desc="Q': the question restated for a second schema search, naming the missing concepts."

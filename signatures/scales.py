@@ -31,6 +31,12 @@ class Scale:
 SCALE_10 = Scale(1, 10)
 SCALE_5 = Scale(1, 5)
 
+# Each judge's scale, in one place: the signatures describe it to the model, the rubrics check
+# replies against it, and the settings keep each threshold inside it.
+RETRIEVAL_SCALE = SCALE_10
+SEMANTIC_SCALE = SCALE_10
+ENTAILMENT_SCALE = SCALE_5
+
 # The annotation of a score field; the range is checked on the parsed value (see module docstring).
 Score10 = int
 Score5 = int

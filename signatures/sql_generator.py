@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import dspy
 
+from reflect_sql.signatures.question import AboutAQuestion
 
-class GenerateSQL(dspy.Signature):
+
+class GenerateSQL(AboutAQuestion):
     """Write one read-only SQL query (a single SELECT, or WITH ... SELECT) in the given dialect that
     answers the question over the database described by the schema context.
 
@@ -15,8 +17,6 @@ class GenerateSQL(dspy.Signature):
     guard against zero denominators. When feedback on an earlier attempt is given, fix every
     problem it names rather than repeating the earlier query."""
 
-    question: str = dspy.InputField(desc="The user's question.")
-    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
     dialect: str = dspy.InputField(desc="SQL dialect of the database, e.g. sqlite or postgres.")
     schema_context: str = dspy.InputField(desc="The relevant tables and columns, with meanings and sample values.")
     examples: str = dspy.InputField(desc="Verified question/SQL pairs on this database; may be empty.")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import dspy
 
+from reflect_sql.signatures.question import AboutAQuestion
 
-class RepairSQL(dspy.Signature):
+
+class RepairSQL(AboutAQuestion):
     """The SQL query below failed when the database engine compiled it; the engine's error message
     is given. Rewrite it so that it compiles in the given dialect and still answers the question.
     Change only what the error requires (misspelled or unknown names, missing joins, wrong function
@@ -12,7 +14,6 @@ class RepairSQL(dspy.Signature):
     be a single read-only SELECT (or WITH ... SELECT): statements that modify data are refused."""
 
     question: str = dspy.InputField(desc="The user's question the SQL must answer.")
-    evidence: str = dspy.InputField(desc="External knowledge or hints for this question; may be empty.")
     dialect: str = dspy.InputField(desc="SQL dialect of the database, e.g. sqlite or postgres.")
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The SQL that failed.")

@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from reflect_sql.cli.common import fail
+
 # Each module defines ``register(subparsers)``; a command sets ``func(args) -> int``.
 COMMAND_MODULES = [
     "reflect_sql.cli.db_cmd",
@@ -52,14 +54,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def fail(message: str, code: int = 2) -> int:
-    # One line whatever the message holds: a parser's multi-line report (YAML, PostgreSQL's caret
-    # under the error) would otherwise read as several errors.
-    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"reflect-sql: error: {line}", file=sys.stderr)
-    return code
-
-
 def _error_class(module: str, name: str) -> type[BaseException] | None:
     """An error class of a room that is already imported: one not imported cannot have been raised.
 
@@ -87,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         if user_errors and isinstance(exc, user_errors):
             return fail(str(exc))
         if engine_error and isinstance(exc, engine_error):
-            return fail(f"{exc.kind}: {exc.message}")
+            # The engine's first line says what failed; PostgreSQL's next ones quote the query
+            # with a caret under the error, which one line cannot show.
+            first = next((line.strip() for line in str(exc.message).splitlines() if line.strip()), exc.kind)
+            return fail(f"{exc.kind}: {first}")
         raise
 
 

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from reflect_sql.cli.common import DB_HELP, add_program_arg, add_settings_args, settings_from_args
+from reflect_sql.cli.common import DB_HELP, add_json_arg, add_program_arg, add_settings_args, settings_from_args
 
 
 def register(subparsers) -> None:
@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     parser.add_argument("--no-sql-reflection", action="store_true", help="no syntax repair and no semantic judge")
     parser.add_argument("--no-entailment", action="store_true", help="run the SQL once, no checks or entailment judge")
     parser.add_argument("--no-enrichment", action="store_true", help="never write to the knowledge base")
-    parser.add_argument("--json", action="store_true", help="print the answer, scores, trace and cost as JSON")
+    add_json_arg(parser, "print the answer, scores, trace and cost as JSON")
     add_program_arg(parser)
     add_settings_args(parser)
     parser.set_defaults(func=_ask)
@@ -72,15 +72,11 @@ def open_retriever(settings, engine, db: str, use_kb: bool, status):
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from reflect_sql.errors import UserError
+    from reflect_sql.errors import require_question, require_text
 
-    if not args.question.strip():
-        raise UserError('the question is empty: reflect-sql ask --db DB "How many dishes are on the menu?"')
-    settings = settings_from_args(args, **_switches(args))
-    from reflect_sql.programs.answer import require_question, require_text
-
-    require_question(args.question)  # before any model or database is opened
+    require_question(args.question)  # before any setting, model or database is read
     require_text(args.evidence, "evidence")
+    settings = settings_from_args(args, **_switches(args))
     # An explicit kb_dir (flag, --set, config or environment) asks for the KB; the default does not.
     use_kb = "kb_dir" in settings.model_fields_set
 

@@ -1,7 +1,14 @@
-"""Flags shared by several commands, and the one place they turn into Settings."""
+"""The CLI's conventions, each in one place: the flags several commands share, the one place they
+turn into Settings, and how a command speaks to the user.
+
+Output: a command's result goes to stdout (as JSON with ``--json``); everything else is one line on
+stderr, ``reflect-sql: <kind>: <message>``: ``error`` (exit 2, ``fail``), ``warning`` or ``note``
+(``notice``).
+"""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -11,6 +18,34 @@ if TYPE_CHECKING:
 DB_HELP = "SQLite file path or postgresql://user@host:port/dbname[?schema=NAME] URL"
 PROGRAM_HELP = ("compiled program to run: a PROGRAM.json saved by `reflect-sql compile`, or `none` for the bare "
                 "signatures (default: the program shipped for the generator LM, bare when none ships for it)")
+SET_HELP = "override one setting"
+# The experiment commands (eval, ablate, tune, compile, judge-scale) read an experiment config, whose
+# keys --set reaches as well.
+EXPERIMENT_SET_HELP = "override a setting (theta_r=5) or config key (mode=single-pass, dataset.sample=40)"
+TIMEOUT_HELP = "seconds SQL may run before it is stopped"
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Report an error in one line on stderr; returns the exit code."""
+    # One line whatever the message holds: a parser's multi-line report (YAML, PostgreSQL's caret
+    # under the error) would otherwise read as several errors.
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"reflect-sql: error: {line}", file=sys.stderr)
+    return code
+
+
+def notice(message: str, kind: str = "note") -> None:
+    """Tell the user something beside the result (progress, a warning), in one line on stderr."""
+    print(f"reflect-sql: {kind}: {message}", file=sys.stderr)
+
+
+def add_command_group(subparsers: argparse._SubParsersAction, name: str, help: str,
+                      metavar: str = "SUBCOMMAND") -> argparse._SubParsersAction:
+    """A command whose work is done by a required subcommand (``db schema``, ``kb build``, ...)."""
+    parser = subparsers.add_parser(name, help=help)
+    group = parser.add_subparsers(dest=f"{name.replace('-', '_')}_command", metavar=metavar)
+    group.required = True
+    return group
 
 
 def add_program_arg(parser: argparse.ArgumentParser) -> None:
@@ -18,11 +53,36 @@ def add_program_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--program", metavar="none|PROGRAM.json", help=PROGRAM_HELP)
 
 
-def add_settings_args(parser: argparse.ArgumentParser) -> None:
+def add_config_arg(parser: argparse.ArgumentParser) -> None:
+    """``--config F``: a settings file (an experiment's config is a command's positional argument)."""
     parser.add_argument("--config", metavar="F", help="YAML settings file (defaults < YAML < env < flags)")
-    parser.add_argument(
-        "--set", dest="set_", action="append", default=[], metavar="KEY=VALUE", help="override one setting"
-    )
+
+
+def add_set_arg(parser: argparse.ArgumentParser, help: str = SET_HELP) -> None:
+    """``--set KEY=VALUE``, repeatable; read by ``settings_from_args`` or an experiment config's loader."""
+    parser.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def add_settings_args(parser: argparse.ArgumentParser) -> None:
+    add_config_arg(parser)
+    add_set_arg(parser)
+
+
+def add_json_arg(parser: argparse.ArgumentParser, help: str = "print the result as JSON") -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_out_arg(parser: argparse.ArgumentParser, help: str, *, file: str | None = None, required: bool = False) -> None:
+    """``--out``: a directory, unless ``file`` names the file it is instead, and then its help says so."""
+    if file is not None:
+        help = f"a file, not a directory: {help}"
+    parser.add_argument("--out", required=required, metavar=file or "DIR", help=help)
+
+
+def add_timeout_arg(parser: argparse.ArgumentParser, detail: str = "", default: float | None = None) -> None:
+    """``--timeout S``: the time limit on running SQL, in seconds, whatever the command."""
+    parser.add_argument("--timeout", type=float, default=default, metavar="S",
+                        help=TIMEOUT_HELP + (f" ({detail})" if detail else ""))
 
 
 def settings_from_args(args: argparse.Namespace, **flag_overrides: Any) -> Settings:

@@ -3,18 +3,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from reflect_sql.cli.common import DB_HELP, add_settings_args, settings_from_args
+from reflect_sql.cli.common import (DB_HELP, add_command_group, add_json_arg, add_settings_args, add_timeout_arg,
+                                    notice, settings_from_args)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("db", help="inspect a database and run read-only SQL")
-    sub = parser.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
-    sub.required = True
+    sub = add_command_group(subparsers, "db", "inspect a database and run read-only SQL")
 
     schema = sub.add_parser("schema", help="tables, columns, keys, row counts and sample values")
     schema.add_argument("--db", required=True, help=DB_HELP)
-    schema.add_argument("--json", action="store_true", help="print the schema model as JSON")
+    add_json_arg(schema, "print the schema model as JSON")
     schema.add_argument("--tables-json", metavar="F", help="Spider/BIRD tables.json with extra foreign keys")
     schema.add_argument("--db-id", help="entry of --tables-json (default: the file's stem or the schema name)")
     add_settings_args(schema)
@@ -23,29 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run = sub.add_parser("sql", help="run one read-only query")
     run.add_argument("--db", required=True, help=DB_HELP)
     run.add_argument("sql", metavar="SQL", help="one SELECT query")
-    run.add_argument("--json", action="store_true", help='print {"columns": [...], "rows": [...]}')
-    run.add_argument("--timeout", type=float, metavar="S", help="seconds before the query is stopped")
+    add_json_arg(run, 'print {"columns": [...], "rows": [...]}')
+    add_timeout_arg(run, "the query; default: setting query_timeout_s")
     run.add_argument("--max-rows", type=int, metavar="N", help="rows returned at most")
     add_settings_args(run)
     run.set_defaults(func=cmd_sql)
-
-
-def _one_line(func):
-    """Engine messages can span lines (PostgreSQL quotes the failing line); a CLI error is one."""
-
-    def wrapped(args: argparse.Namespace) -> int:
-        # Imported when the command runs, not when the parser is built: reflect_sql.db pulls in
-        # sqlglot and pydantic, which commands outside this group (score) do not need.
-        from reflect_sql.db.base import EngineError
-
-        try:
-            return func(args)
-        except EngineError as exc:
-            lines = [line for line in exc.message.splitlines() if line.strip()]
-            exc.message = lines[0].strip() if lines else exc.kind
-            raise
-
-    return wrapped
 
 
 def _dumps(data) -> str:
@@ -54,7 +35,6 @@ def _dumps(data) -> str:
     return json.dumps(data, default=json_value, ensure_ascii=False)
 
 
-@_one_line
 def cmd_schema(args: argparse.Namespace) -> int:
     from reflect_sql.db import open_engine
 
@@ -85,7 +65,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-@_one_line
 def cmd_sql(args: argparse.Namespace) -> int:
     from reflect_sql.db import open_engine
 
@@ -109,5 +88,5 @@ def cmd_sql(args: argparse.Namespace) -> int:
     console = Console()
     console.print(shown)
     note = f" (truncated at --max-rows {len(result.rows)})" if result.truncated else ""
-    print(f"{len(result.rows)} row(s){note} in {result.elapsed_s:.3f} s", file=sys.stderr)
+    notice(f"{len(result.rows)} row(s){note} in {result.elapsed_s:.3f} s")
     return 0

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 
+from reflect_sql.cli.common import add_command_group, add_out_arg
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo-db", help="the SmartRestaurant demo database")
-    sub = parser.add_subparsers(dest="demo_db_command", metavar="SUBCOMMAND")
-    sub.required = True
+    sub = add_command_group(subparsers, "demo-db", "the SmartRestaurant demo database")
     create = sub.add_parser("create", help="generate it as SQLite, optionally also into PostgreSQL")
-    create.add_argument("--out", required=True, metavar="PATH", help="SQLite file to write (replaced atomically)")
+    add_out_arg(create, "the SQLite file to write (replaced atomically)", file="PATH", required=True)
     create.add_argument("--seed", type=int, default=0, help="generator seed (default 0; the gold answers assume 0)")
     create.add_argument(
         "--postgres", metavar="URL",

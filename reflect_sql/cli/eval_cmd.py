@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from reflect_sql.cli.common import add_program_arg
+from reflect_sql.cli.common import (EXPERIMENT_SET_HELP, add_json_arg, add_out_arg, add_program_arg, add_set_arg,
+                                    add_timeout_arg, notice)
 
 SCORE_HELP = """\
 Score a predictions file with execution accuracy (EX), as the official evaluators do.
@@ -38,14 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--predictions", metavar="F", help="predictions file (see above)")
     group.add_argument("--gold-as-predictions", action="store_true", help="score the gold SQL itself (sanity check: 100%%)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="seconds for each prediction+gold pair, as the official meta_time_out (default 30)")
+    add_timeout_arg(p, "a prediction and its gold query share them, as the official meta_time_out; default 30",
+                    default=30.0)
     p.add_argument("--threads", type=int, default=1, help="queries run in parallel (default 1)")
     p.add_argument("--keep-distinct", action="store_true",
                    help="Spider: keep DISTINCT in both queries (the official option; by default it is removed)")
     p.add_argument("--export-bird", metavar="F", help="also write the predictions in the official BIRD format")
     p.add_argument("--details", metavar="F", help="also write one JSON line per question (status, error)")
-    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    add_json_arg(p, "print the table as JSON")
     _add_selection_args(p)
     p.set_defaults(func=cmd_score)
 
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_run_args(p)
     add_program_arg(p)
     p.add_argument("--retry-errors", action="store_true", help="on resume, rerun questions whose program raised an exception")
-    p.add_argument("--json", action="store_true", help="print summary.json")
+    add_json_arg(p, "print summary.json")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("ablate", help="run an ablation set and write the paper-style table and charts",
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "AUC and precision/recall at its threshold; writes calibration.md, "
                                    "calibration.json and charts/calibration.png into RUN_DIR.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="output directory of `reflect-sql eval`")
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p, "print the report as JSON")
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -93,10 +93,9 @@ signatures); run.json and MLflow record its path and sha256, and a resumed run m
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting (theta_r=5) or config key (mode=single-pass, dataset.sample=40)")
+    add_set_arg(p, EXPERIMENT_SET_HELP)
     p.add_argument("--limit", type=int, metavar="N", help="only the first N selected questions")
-    p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>-<time>); an existing one resumes")
+    add_out_arg(p, "output directory (default runs/<name>-<time>); an existing one resumes")
     p.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -137,7 +136,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summary = run_eval(config, out, progress=not args.no_progress, retry_errors=args.retry_errors,
                        program=args.program, tracker=tracker)
     if tracker is not None:
-        print(f"MLflow run {tracker.run_id} ({config.settings.mlflow_uri})", file=sys.stderr)
+        notice(f"MLflow run {tracker.run_id} ({config.settings.mlflow_uri})")
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -209,6 +208,6 @@ def cmd_score(args: argparse.Namespace) -> int:
                 }, ensure_ascii=False) + "\n")
     missing = sum(1 for s in scored if s.match.status == "missing")
     if missing:
-        print(f"reflect-sql: note: {missing} question(s) had no prediction and count as wrong", file=sys.stderr)
+        notice(f"{missing} question(s) had no prediction and count as wrong")
     print(json.dumps(table) if args.json else format_accuracy_table(table))
     return 0

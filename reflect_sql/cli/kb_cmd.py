@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from reflect_sql.cli.common import DB_HELP, add_settings_args, settings_from_args
-from reflect_sql.errors import UserError
+from reflect_sql.cli.common import DB_HELP, add_command_group, add_json_arg, add_settings_args, notice, settings_from_args
+from reflect_sql.errors import UserError, require_question
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("kb", help="build, search and version the knowledge base of a database")
-    sub = parser.add_subparsers(dest="kb_command", metavar="SUBCOMMAND")
-    sub.required = True
+    sub = add_command_group(subparsers, "kb", "build, search and version the knowledge base of a database")
 
     build = sub.add_parser("build", help="build or incrementally rebuild a KB from a database and its docs")
     build.add_argument("--db", required=True, help=DB_HELP)
@@ -36,20 +34,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument("--evidence", default="", help="a hint searched along with the question (BIRD evidence)")
     search.add_argument("--k", type=int, help="tables (default: setting k_tables)")
     search.add_argument("--m", type=int, help="columns per table (default: setting m_columns)")
-    search.add_argument("--json", action="store_true", help='print {"tables": [...], "columns": [...], "values": [...]}')
+    add_json_arg(search, 'print {"tables": [...], "columns": [...], "values": [...]}')
     add_settings_args(search)
     search.set_defaults(func=cmd_search)
 
     show = sub.add_parser("show", help="what the KB knows about one table")
     _kb_dir(show)
     show.add_argument("table")
-    show.add_argument("--json", action="store_true")
+    add_json_arg(show, "print the table, its foreign keys and examples as JSON")
     add_settings_args(show)
     show.set_defaults(func=cmd_show)
 
     history = sub.add_parser("history", help="every KB version: builds, enrichments, rollbacks")
     _kb_dir(history)
-    history.add_argument("--json", action="store_true")
+    add_json_arg(history, "print every version's log entry as JSON")
     add_settings_args(history)
     history.set_defaults(func=cmd_history)
 
@@ -74,15 +72,15 @@ def cmd_build(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     describer = None
     if args.describe:
-        from reflect_sql.kb.describe import ColumnDescriber
+        from reflect_sql.kb.describe import DescriptionWriter
         from reflect_sql.lm.factory import make_lm
 
-        describer = ColumnDescriber(lm=make_lm(settings.lm, settings, role="describer"))
+        describer = DescriptionWriter(lm=make_lm(settings.lm, settings, role="describer"))
     report = build_kb(args.db, _dir(args, settings), settings, descriptions=args.descriptions,
                       tables_json=args.tables_json, glossary=args.glossary, train=args.train, db_id=args.db_id,
                       describer=describer)
     for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        notice(warning, "warning")
     print(report.summary())
     return 0
 
@@ -91,8 +89,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from reflect_sql.kb.retrieve import Retriever
 
     settings = settings_from_args(args)
-    if not args.question.strip():
-        raise UserError("the question is empty")
+    require_question(args.question)
     if (args.k is not None and args.k < 1) or (args.m is not None and args.m < 0):
         raise UserError("--k must be at least 1 and --m at least 0")
     retriever = Retriever(_dir(args, settings), settings)

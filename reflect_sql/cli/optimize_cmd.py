@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from reflect_sql.cli.common import add_program_arg
+from reflect_sql.cli.common import EXPERIMENT_SET_HELP, add_json_arg, add_out_arg, add_program_arg, add_set_arg, notice
 
 TUNE_HELP = """\
 Tune theta_r, theta_s, theta_e, alpha, beta and the semantic weights (w_c, w_g, w_j, w_q, on the
@@ -49,39 +49,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", metavar="CONFIG.yaml")
     p.add_argument("--trials", type=int, metavar="N", help="completed trials wanted in the study (default: config, 20)")
     p.add_argument("--study", metavar="NAME", help="study name (default: config, <experiment>-tune)")
-    p.add_argument("--out", metavar="DIR", help="output directory (default: config, runs/tune/<study>)")
+    add_out_arg(p, "output directory (default: config, runs/tune/<study>)")
     p.add_argument("--storage", metavar="URL", help="Optuna storage (default: sqlite:///<out>/optuna.db)")
     p.add_argument("--seed", type=int, help="sampler seed (default: config, 0)")
     p.add_argument("--multi-objective", action="store_true", default=None,
                    help="maximise EX and minimise LM calls per question (NSGA-II, Pareto front)")
-    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting or a config key of the experiment (as for eval)")
+    add_set_arg(p, EXPERIMENT_SET_HELP)
     add_program_arg(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json_arg(p)
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("compile", help="compile few-shot anchors with DSPy optimizers", description=COMPILE_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG.yaml")
-    p.add_argument("--out", required=True, metavar="PROGRAM.json", help="where to save the compiled program")
+    add_out_arg(p, "where to save the compiled program", file="PROGRAM.json", required=True)
     p.add_argument("--optimizer", choices=["labeled", "bootstrap", "random-search", "mipro"],
                    help="DSPy optimizer (default: config, bootstrap)")
     p.add_argument("--targets", metavar="A,B", help="generator,semantic_judge,entailment_judge (default: config, all)")
-    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting or a config key of the experiment (as for eval)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_set_arg(p, EXPERIMENT_SET_HELP)
+    add_json_arg(p, "print the report as JSON")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("judge-scale", help="measure how each way of asking for judge scores discriminates",
                        description=JUDGE_SCALE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG.yaml", help="an optimisation config; its compile.train split is judged")
-    p.add_argument("--out", required=True, metavar="DIR", help="rows.jsonl (resumable), judge_scale.md and .json")
+    add_out_arg(p, "output directory: rows.jsonl (resumable), judge_scale.md and .json", required=True)
     p.add_argument("--forms", metavar="A,B", help="literal,int,words,verdict_first,flipped (default: all)")
     p.add_argument("--judges", metavar="A,B", help="semantic,entailment (default: both)")
     p.add_argument("--program", metavar="PROGRAM.json",
                    help="a compiled program: the int form shows each judge's demos from it (default: no demos)")
-    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting or a config key of the experiment (as for eval)")
+    add_set_arg(p, EXPERIMENT_SET_HELP)
     p.set_defaults(func=cmd_judge_scale)
 
     p = sub.add_parser("export", help="write a compiled program's prompts (instructions, demos, rendered messages)",
@@ -90,14 +87,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Stable order, no timestamps: made for diffs.")
     p.add_argument("program", metavar="PROGRAM.json")
     p.add_argument("--format", choices=["md", "json"], default="md")
-    p.add_argument("--out", metavar="F", help="write here instead of stdout")
+    add_json_arg(p, "print JSON (the same as --format json)")
+    add_out_arg(p, "write the prompts here instead of to stdout", file="F")
     p.add_argument("--example", metavar="F",
                    help="JSON inputs to render: {field: value}, or {predictor: {field: value}} (default: a built-in example)")
     p.set_defaults(func=cmd_export)
-
-
-def _note(message: str) -> None:
-    print(f"reflect-sql: {message}", file=sys.stderr)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -115,7 +109,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.multi_objective:
         oc.tune.multi_objective = True
     result = run_study(oc.experiment, oc.tune, trials=args.trials, study_name=args.study,
-                       out=Path(args.out) if args.out else None, progress=sys.stderr.isatty(), log=_note,
+                       out=Path(args.out) if args.out else None, progress=sys.stderr.isatty(), log=notice,
                        program=args.program)
     if args.json:
         print(json.dumps({
@@ -165,7 +159,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         bad = [t for t in targets if t not in TARGETS]
         if bad:
             raise UserError(f"--targets: unknown {', '.join(bad)} (choose from {', '.join(TARGETS)})")
-    _, report = compile_program(oc, args.out, optimizer=args.optimizer, targets=targets, log=_note,
+    _, report = compile_program(oc, args.out, optimizer=args.optimizer, targets=targets, log=notice,
                                 command=compile_command(args))
     if args.json:
         print(json.dumps(report, indent=2))
@@ -201,7 +195,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if not isinstance(example, dict):
             raise UserError(f"example file {args.example} must hold a JSON object")
     program, _ = load_program(args.program)
-    text = render(describe(program, example), args.format)
+    text = render(describe(program, example), "json" if args.json else args.format)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
     else:
@@ -226,7 +220,7 @@ def cmd_judge_scale(args: argparse.Namespace) -> int:
     forms = _choices(args.forms, FORMS, "--forms")
     judges = _choices(args.judges, JUDGES, "--judges")
     oc = load_optimize_config(args.config, args.set_)
-    summary = run(oc, Path(args.out), forms, judges, log=_note,
+    summary = run(oc, Path(args.out), forms, judges, log=notice,
                   program=Path(args.program) if args.program else None)
     print(markdown(summary, f"judge scale forms ({args.out}/judge_scale.md)"))
     return 0

@@ -92,7 +92,7 @@ def test_program_exception_is_recorded_not_fatal_and_retried_on_request(tiny_bir
 
 
 def test_a_question_that_cannot_be_asked_fails_alone_and_is_named(tiny_bird, tmp_path):
-    from reflect_sql.programs.answer import MAX_QUESTION_CHARS, require_question
+    from reflect_sql.errors import MAX_QUESTION_CHARS, require_question
 
     data = json.loads((tiny_bird / "dev.json").read_text())
     data.append({**data[0], "question_id": 14, "question": "names of fruit " * (MAX_QUESTION_CHARS // 10)})

@@ -62,7 +62,7 @@ def test_the_table_document_glosses_cryptic_names():
     named = ColumnEntry("c4", "TEXT", natural_name="ward name", description="ward of the hospital")
     table = TableEntry("t1", [opaque, plain, named])
     assert cryptic(opaque) and not cryptic(plain) and not cryptic(named)
-    text = table_text(KnowledgeBase("db", "sqlite", [table]), table)
+    text = table_text(KnowledgeBase(dialect="sqlite", tables=[table], database="db"), table)
     assert "c 3 (federal revenue received by the district in dollars…)" in text  # 8 words
     assert "district office," in text and "the office of the district" not in text  # its name says it
     assert "ward name (c 4)" in text

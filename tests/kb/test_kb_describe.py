@@ -4,15 +4,15 @@ from __future__ import annotations
 from dspy.utils import DummyLM
 
 from reflect_sql.kb.build import build_kb
-from reflect_sql.kb.describe import ColumnDescriber, clean_description
+from reflect_sql.kb.describe import DescriptionWriter, clean_description
 from reflect_sql.kb.versions import KBDir
-from reflect_sql.signatures.column_describer import ColumnDescriber as Signature
+from reflect_sql.signatures.column_describer import ColumnDescriber
 
 
 def test_signature_is_typed_with_a_rubric():
-    assert set(Signature.input_fields) == {"table", "column", "column_type", "sample_values", "sibling_columns"}
-    assert set(Signature.output_fields) == {"description"}
-    assert "probably" in Signature.__doc__ and "unit" in Signature.__doc__
+    assert set(ColumnDescriber.input_fields) == {"table", "column", "column_type", "sample_values", "sibling_columns"}
+    assert set(ColumnDescriber.output_fields) == {"description"}
+    assert "probably" in ColumnDescriber.__doc__ and "unit" in ColumnDescriber.__doc__
 
 
 def test_describes_only_undescribed_columns_once(school_db, tmp_path, settings):
@@ -23,7 +23,7 @@ def test_describes_only_undescribed_columns_once(school_db, tmp_path, settings):
         "dish_id,,id of the dish,integer,\ndish_name,,name of the dish,text,\n"
         "price,,price in euros,real,\nnotes,,what the menu says,text,\n")
     answers = [{"description": f"Described column number {i}."} for i in range(10)]
-    describer = ColumnDescriber(lm=DummyLM(answers))
+    describer = DescriptionWriter(lm=DummyLM(answers))
     report = build_kb(str(school_db), tmp_path / "kb", settings, descriptions=descriptions, describer=describer)
     kb = KBDir(tmp_path / "kb").load()
     described = [(t.name, c.name) for t in kb.tables for c in t.columns if c.description_source == "llm"]
@@ -34,7 +34,7 @@ def test_describes_only_undescribed_columns_once(school_db, tmp_path, settings):
     assert kb.column("dish", "price").description == "price in euros"
 
     # Rebuilding, with or without a describer, keeps them and asks the LM nothing.
-    silent = ColumnDescriber(lm=DummyLM([]))
+    silent = DescriptionWriter(lm=DummyLM([]))
     again = build_kb(str(school_db), tmp_path / "kb", settings, descriptions=descriptions, describer=silent)
     assert silent.calls == 0 and again.new_version is False
     build_kb(str(school_db), tmp_path / "kb", settings, descriptions=descriptions)
@@ -43,7 +43,7 @@ def test_describes_only_undescribed_columns_once(school_db, tmp_path, settings):
 
 def test_the_prompt_carries_name_type_and_samples(school_db, tmp_path, settings):
     lm = DummyLM([{"description": "City where the student lives."}])
-    describer = ColumnDescriber(lm=lm)
+    describer = DescriptionWriter(lm=lm)
     build_kb(str(school_db), tmp_path / "kb", settings)
     kb = KBDir(tmp_path / "kb").load()
     table = kb.table("student")

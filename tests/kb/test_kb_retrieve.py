@@ -77,3 +77,40 @@ def test_build_and_retrieve_on_postgresql(bird_pg, benchmarks_dir, tmp_path, set
     assert {"superhero", "superpower", "hero_power"} <= set(context.tables)
     assert context.dialect == "postgres" and context.values[0].value == "3-D Man"
     retriever.close()
+
+
+def test_retrieval_weights_come_from_a_config_and_change_what_is_retrieved(superhero_kb, settings, tmp_path):
+    from reflect_sql.settings import load_settings, parse_assignments
+
+    question = "What is the average weight of the superheroes with blue eyes?"
+    config = tmp_path / "exp.yaml"
+    # A floor no score reaches: of each table only the key and join columns stay.
+    config.write_text("settings:\n  context_budget_tokens: 0\n  retrieval_column_floor: 5.0\n")
+    strict_settings = load_settings(config, environ={})
+    assert strict_settings.retrieval_column_floor == 5.0
+    default, strict = Retriever(superhero_kb, settings), Retriever(superhero_kb, strict_settings)
+    try:
+        shown = default.retrieve(question, k=1, m=8).entries[0]
+        floored = strict.retrieve(question, k=1, m=8).entries[0]
+        assert shown.name == floored.name
+        assert any("join" not in c.why and "key" not in c.why for c in shown.columns)
+        assert all("join" in c.why or "key" in c.why for c in floored.columns)
+    finally:
+        default.close()
+        strict.close()
+
+    # --set on the command line: a margin that admits every table of the top k, however weak.
+    wide_settings = load_settings(overrides={"context_budget_tokens": 0,
+                                             **parse_assignments(["retrieval_table_margin=100"])}, environ={})
+    narrow_settings = load_settings(overrides={"context_budget_tokens": 0,
+                                               **parse_assignments(["retrieval_table_margin=0",
+                                                                    "retrieval_strong_value=1.5",
+                                                                    "retrieval_strong_column_name=1.5",
+                                                                    "retrieval_strong_table_name=1"])}, environ={})
+    wide, narrow = Retriever(superhero_kb, wide_settings), Retriever(superhero_kb, narrow_settings)
+    try:
+        many, few = wide.retrieve(question, k=6, m=4), narrow.retrieve(question, k=6, m=4)
+        assert len(set(many.tables) - set(few.tables)) >= 2
+    finally:
+        wide.close()
+        narrow.close()

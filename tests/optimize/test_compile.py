@@ -98,7 +98,7 @@ def test_compile_save_load_gives_identical_prompts_and_predictions(opt_config, s
     assert any(demo_question in json.dumps(messages) for messages in runs["in_memory"][1])
 
 
-def test_export_shows_every_predictor_and_is_stable(opt_config, scripted_reply, tmp_path, monkeypatch):
+def test_export_shows_every_predictor_and_is_stable(opt_config, scripted_reply, tmp_path, monkeypatch, capsys):
     from reflect_sql.optimize.compile import compile_program
 
     monkeypatch.chdir(tmp_path)  # MLflow stores artifacts under the working directory
@@ -124,6 +124,9 @@ def test_export_shows_every_predictor_and_is_stable(opt_config, scripted_reply, 
     md_path, json_path = tmp_path / "prompts.md", tmp_path / "prompts.json"
     assert main(["export", str(out), "--format", "md", "--out", str(md_path)]) == 0
     assert main(["export", str(out), "--format", "json", "--out", str(json_path)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(out), "--json"]) == 0  # --json, as every command takes it
+    assert capsys.readouterr().out == json_path.read_text()
     exported = json.loads(json_path.read_text())
     markdown = md_path.read_text()
     assert sorted(exported["predictors"]) == predictor_names("reflect")

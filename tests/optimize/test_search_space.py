@@ -94,3 +94,30 @@ def test_params_from_settings_invert_the_mapping(base):
         assert abs(getattr(back, name) - getattr(base, name)) <= step / 2 + 1e-9  # nearest grid point
     if base == Settings():  # the paper's defaults lie on the grid: the baseline trial is exact
         assert back == base
+
+
+def test_the_retrieval_weights_are_searched_when_asked_and_give_back_their_settings():
+    from reflect_sql.optimize.search_space import RETRIEVAL_WEIGHTS, params_from_settings
+    from reflect_sql.settings import RETRIEVAL_WEIGHT_KEYS
+
+    assert set(RETRIEVAL_WEIGHTS) == set(RETRIEVAL_WEIGHT_KEYS)  # every retrieval setting has a range
+    base = Settings(k_tables=6)
+    assert settings_from_params(params_from_settings(base, retrieval_weights=True), base) == base  # defaults on grid
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3), direction="maximize")
+    seen = []
+
+    def objective(trial):
+        seen.append(trial_settings(trial, base, retrieval_weights=True))
+        return seen[-1].retrieval_table_margin
+
+    study.optimize(objective, n_trials=20)
+    assert set(RETRIEVAL_WEIGHTS) <= set(study.trials[0].params)
+    for s, trial in zip(seen, study.trials):
+        for name, (lo, hi, _) in RETRIEVAL_WEIGHTS.items():
+            assert lo <= getattr(s, name) <= hi
+        assert settings_from_params(trial.params, base) == s
+    assert len({s.retrieval_column_floor for s in seen}) > 1  # the trials tried other weights
+    # Not asked: a study's parameters stay the thresholds and the sticks.
+    plain = optuna.create_study()
+    plain.optimize(lambda trial: trial_settings(trial, base).theta_r, n_trials=1)
+    assert not set(RETRIEVAL_WEIGHTS) & set(plain.trials[0].params)

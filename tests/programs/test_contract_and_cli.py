@@ -6,7 +6,7 @@ import pytest
 
 from reflect_sql.cli import main
 from reflect_sql.programs import prediction_to_json
-from reflect_sql.programs.retriever import RetrievedContext, Retriever, SchemaRetriever, render_examples
+from reflect_sql.programs.retriever import ContextProvider, RetrievedContext, SchemaRetriever, render_examples
 from reflect_sql.programs.sql_text import clean_sql
 from paper_settings import Settings
 from reflect_sql.signatures.entailment_judge import EntailmentJudge
@@ -142,7 +142,7 @@ def test_ask_on_a_missing_database_is_one_clear_line(tmp_path, scripted_lms, cap
 
 def test_schema_retriever_renders_the_whole_schema(engine):
     retriever = SchemaRetriever(engine.introspect())
-    assert isinstance(retriever, Retriever)
+    assert isinstance(retriever, ContextProvider)
     context = retriever.retrieve("anything", k=1, m=1)
     assert isinstance(context, RetrievedContext)
     text = context.render()
