@@ -55,7 +55,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import EvalConfig
@@ -69,6 +69,7 @@ from reflect_sql.optimize.study_outputs import PROGRAM, completed, save_plots, t
 from reflect_sql.programs.shipped import ProgramChoice, resolve_program
 
 FactoryFor = Callable[[EvalConfig, Path], ProgramFactory]
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as trials and MLflow name it
 # Optuna marks the heartbeat, its retry callback and constant_liar experimental; they are what we use.
 warnings.filterwarnings("ignore", category=ExperimentalWarning)
 
@@ -145,13 +146,21 @@ class TrialRetry:
 def open_storage(storage: str, options: TuneOptions) -> tuple[RDBStorage, TrialRetry]:
     """Optuna's RDB storage with trial heartbeats and the retry of stale trials."""
     retry = TrialRetry(options.trial_retries)
-    try:
-        rdb = RDBStorage(_engine_url(storage), heartbeat_interval=options.heartbeat_s, grace_period=options.grace_s,
-                         heartbeat_stale_trial_callback=retry)
-    except (ArgumentError, SQLAlchemyError, ValueError, ImportError) as exc:
-        first = " ".join(str(exc).split())[:300]
-        raise UserError(f"cannot open the study storage {shown_storage(storage)}: {first}") from None
-    return rdb, retry
+    for attempt in (1, 2):
+        try:
+            rdb = RDBStorage(_engine_url(storage), heartbeat_interval=options.heartbeat_s,
+                             grace_period=options.grace_s, heartbeat_stale_trial_callback=retry)
+            return rdb, retry
+        except IntegrityError:
+            # Workers started together on an empty database both create Optuna's tables; the
+            # loser's CREATE collides with the winner's, whose tables are then there to use.
+            if attempt == 2:
+                raise
+            time.sleep(1.0)
+        except (ArgumentError, SQLAlchemyError, ValueError, ImportError) as exc:
+            first = " ".join(str(exc).split())[:300]
+            raise UserError(f"cannot open the study storage {shown_storage(storage)}: {first}") from None
+    raise AssertionError("unreachable")
 
 
 def open_study(name: str, storage: RDBStorage, multi_objective: bool, seed: int, target: int = 20,
@@ -171,7 +180,7 @@ def open_study(name: str, storage: RDBStorage, multi_objective: bool, seed: int,
                         "-objective; use another --study name to change that")
     trials = len(study.trials)
     if trials or parallel:
-        worker = zlib.crc32(f"{socket.gethostname()}:{os.getpid()}".encode()) if parallel else 0
+        worker = zlib.crc32(WORKER.encode()) if parallel else 0
         study.sampler = make_sampler(multi_objective, (seed + trials + worker) % 2**32, target, parallel)
     return study, created
 
@@ -306,8 +315,12 @@ def run_study(
 
         tracker = StudyRun(config, config.mlflow_enabled and remaining > 0, f"tune:{name}",
                            {"study": name, "study_storage": storage_id(storage_url)}, close_stale=not parallel)
-        retry.on_stale = lambda trial: (log(f"trial {trial.number} lost its worker (no heartbeat for {options.grace_s}s): "
-                                            "retrying it with its parameters"), tracker.kill_runs_of(trial.user_attrs))
+
+        def lost_worker(trial: optuna.trial.FrozenTrial) -> None:
+            log(f"trial {trial.number} lost its worker (no heartbeat for {options.grace_s}s): retrying it with its parameters")
+            tracker.kill_runs_of(trial.user_attrs)
+
+        retry.on_stale = lost_worker
         if tracker.closed_stale:
             log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
         status = "FAILED"
@@ -316,7 +329,7 @@ def run_study(
             if remaining:
                 tracker.log_params({"study": name, "storage": shown, "target_trials": target, "seed": options.seed,
                                     "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json()),
-                                    "worker": f"{socket.gethostname()}:{os.getpid()}",
+                                    "worker": WORKER,
                                     **program_params(choice.to_json())})
             done = completed(study)
             if done:  # the best so far of a resumed study, where its chart goes on
@@ -330,6 +343,7 @@ def run_study(
                 trial_config = replace(tuning, settings=settings, name=f"{name}-trial{trial.number}")
                 trial_dir = _trial_out(out, trial_config)
                 trial.set_user_attr("out", str(trial_dir))
+                trial.set_user_attr("worker", WORKER)
                 with tracker.trial(f"trial-{trial.number}",
                                    {"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}},
                                    trial.set_user_attr):
