@@ -188,7 +188,9 @@ def table_row(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _status_of(exc: BaseException) -> str:
+def status_of(exc: BaseException) -> str:
+    """How a run that ``exc`` ended is marked: KILLED when it was stopped (Ctrl-C, a shutdown), else
+    FAILED. The one place that tells the two apart, for evaluations, ablations and tuning trials."""
     return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
 
 
@@ -414,7 +416,7 @@ class EvalRun:
             self._flush()
         except Exception:  # noqa: BLE001 - the run still gets its status
             pass
-        self._end(_status_of(exc))
+        self._end(status_of(exc))
 
     def _end(self, status: str) -> None:
         import mlflow
@@ -497,10 +499,10 @@ class AblationRun:
 
         active = mlflow.active_run()
         while active is not None and active.info.run_id != self.run_id:
-            mlflow.end_run(_status_of(exc))  # a variant run the error left open
+            mlflow.end_run(status_of(exc))  # a variant run the error left open
             active = mlflow.active_run()
         if active is not None:
-            mlflow.end_run(_status_of(exc))
+            mlflow.end_run(status_of(exc))
 
 
 # --- tuning -------------------------------------------------------------------------------------
@@ -573,7 +575,7 @@ class StudyRun:
             yield
             status = "FINISHED"
         except BaseException as exc:
-            status = _status_of(exc)
+            status = status_of(exc)
             raise
         finally:
             mlflow.end_run(status)

@@ -35,8 +35,9 @@ them), with execution accuracy on a tuning split as the objective.
   shipped for the generator LM). The study records it (path and sha256) and a resumed study must
   run the same one; ``best_config.yaml`` names it.
 
-Shutdown handlers (SIGTERM) raise in the main thread; whatever they raise ends the trial in flight
-as an interruption (``retry_interrupted``) and the MLflow runs as KILLED.
+A shutdown (Ctrl-C; SIGTERM once a handler raises for it in the main thread) is whatever
+``experiments.tracking.status_of`` calls KILLED: the trial in flight is failed and queued again
+(``retry_interrupted``), its MLflow run and the worker's end KILLED, and the sqlite lock is released.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.pipeline import PipelineFactory
 from reflect_sql.experiments.runner import ProgramFactory, run_eval
-from reflect_sql.experiments.tracking import StudyRun, program_params
+from reflect_sql.experiments.tracking import StudyRun, program_params, status_of
 from reflect_sql.optimize.config import TuneOptions, with_dataset
 from reflect_sql.optimize.search_space import TUNED_KEYS, params_from_settings, settings_from_params, suggest_params
 from reflect_sql.optimize.study_lock import sqlite_storage_file, study_lock
@@ -389,9 +390,9 @@ def run_study(
             tracker.log_artifacts([settings_path, config_path, *(Path(p) for p in plots.values() if p and p.endswith(".png"))])
             status = "FINISHED"
         except BaseException as exc:
-            if in_flight and not isinstance(exc, Exception) and retry_interrupted(study, in_flight[0], retry):
+            status = status_of(exc)
+            if status == "KILLED" and in_flight and retry_interrupted(study, in_flight[0], retry):
                 log("the interrupted trial is queued again with its parameters: rerun to resume it")
-            status = "FAILED" if isinstance(exc, Exception) else "KILLED"
             raise
         finally:
             tracker.end(status)
