@@ -36,6 +36,14 @@ def databases(pg_url):
 
     names = {"optuna": f"tune_optuna_{os.getpid()}", "mlflow": f"tune_mlflow_{os.getpid()}"}
     base = pg_url.rsplit("/", 1)[0]
+    for attempt in range(60):  # a server started for this session may still be recovering on a loaded machine
+        try:
+            psycopg.connect(pg_url).close()
+            break
+        except psycopg.OperationalError:
+            if attempt == 59:
+                raise
+            time.sleep(0.5)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for name in names.values():
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
