@@ -21,8 +21,10 @@ from typing import Any, Callable
 
 from reflect_sql.errors import UserError
 from reflect_sql.files import read_yaml_mapping
+from reflect_sql.experiments import tracking
 from reflect_sql.experiments.config import EvalConfig, load_config
 from reflect_sql.experiments.report import ablation_bar_chart, ablation_markdown, accuracy_cost_chart
+from reflect_sql.experiments.runner import run_eval
 
 
 def load_ablation(path: str | Path, sets: list[str] | None = None, limit: int | None = None) -> tuple[str, str, list[EvalConfig]]:
@@ -59,16 +61,12 @@ def run_ablation(
 ) -> dict[str, Any]:
     """Run every variant (resuming any finished part) and write the table and charts. Each variant
     runs the compiled ``program`` (``--program``; None: the one shipped for its generator LM)."""
-    from reflect_sql.experiments.runner import run_eval
-
     name, baseline, configs = load_ablation(path, sets, limit)
     out = Path(out)
     (out / "charts").mkdir(parents=True, exist_ok=True)
     use_mlflow = mlflow and configs[0].mlflow_enabled
     parent = None
     if use_mlflow:
-        from reflect_sql.experiments import tracking
-
         tracking.enable_autolog(configs[0])
         parent = tracking.AblationRun(configs[0], name, out)
         parent.begin({"baseline": baseline, "variants": ",".join(c.name for c in configs)})

@@ -94,7 +94,7 @@ def _roc(scores: list[float], labels: list[bool]) -> tuple[list[float], list[flo
 
 def chart(records: list[Mapping[str, Any]], rows: list[dict[str, Any]], path: str | Path) -> Path:
     """Per judge: its ROC curve (left) and its score distribution for right and wrong answers (right)."""
-    from reflect_sql.experiments.report import _pyplot
+    from reflect_sql.experiments.report import _pyplot  # report imports this module: one of the two must wait
 
     plt = _pyplot()
     fig, (roc_ax, hist_ax) = plt.subplots(1, 2, figsize=(11, 4.2))

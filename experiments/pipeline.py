@@ -17,29 +17,27 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from reflect_sql.db import open_engine
+from reflect_sql.experiments.assembly import LMs, assemble
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question
-from reflect_sql.programs.shipped import ProgramChoice, apply_program, resolve_program
+from reflect_sql.kb.build import build_kb
+from reflect_sql.kb.retrieve import Retriever
+from reflect_sql.programs.retriever import SchemaRetriever
+from reflect_sql.programs.shipped import ProgramChoice
 
 
 class PipelineFactory:
     def __init__(self, config: EvalConfig, out: str | Path, program: str | Path | ProgramChoice | None = None,
-                 lms: tuple | None = None):
+                 lms: LMs | None = None):
         """``program``: the ``--program`` value (None: the program shipped for the generator LM,
         "none": bare signatures, or a file), or a choice already resolved (``programs.shipped``)."""
-        import dspy
-
-        from reflect_sql.lm.factory import configure_lms
-        from reflect_sql.lm.adapters import make_adapter
-
         self.config = config
         self.settings = config.settings
         self.out = Path(out)
-        # Resolved before any LM is built: a refused program costs no model load.
-        self.program = program if isinstance(program, ProgramChoice) else resolve_program(program, self.settings.lm)
-        self.generator_lm, self.judge_lm = lms or configure_lms(self.settings)
-        # Worker threads see what dspy.configure set (dspy.context would stay in this thread).
-        dspy.configure(lm=self.generator_lm, adapter=make_adapter(self.settings))
+        self.assembly = assemble(self.settings, program, lms)
+        self.program = self.assembly.choice
+        self.generator_lm, self.judge_lm = self.assembly.lms
         self._local = threading.local()
         self._kb_lock = threading.Lock()
         self._kb_ready: dict[str, Path] = {}
@@ -50,8 +48,6 @@ class PipelineFactory:
 
     def kb_dir(self, q: Question) -> Path:
         """Build (or refresh) the cached KB of q's database once per run; copy it for this run if it may learn."""
-        from reflect_sql.kb.build import build_kb
-
         with self._kb_lock:
             if q.db_id in self._kb_ready:
                 return self._kb_ready[q.db_id]
@@ -71,22 +67,14 @@ class PipelineFactory:
     # --- per-thread programs --------------------------------------------------------------
 
     def _build(self, q: Question) -> Callable[..., Any]:
-        from reflect_sql.db import open_engine
-        from reflect_sql.programs.build import build_program
-        from reflect_sql.programs.retriever import SchemaRetriever
-
         engine = open_engine(q.db_path, self.settings)
         if self.config.kb_enabled:
-            from reflect_sql.kb.retrieve import Retriever
-
             retriever = Retriever(self.kb_dir(q), self.settings)
         else:
             retriever = SchemaRetriever(engine.introspect(str(q.tables_json) if q.tables_json else None, q.db_id))
         with self._opened_lock:
             self._opened += [engine, retriever]
-        program = build_program(self.settings, engine, retriever, mode=self.config.mode,
-                                generator_lm=self.generator_lm, judge_lm=self.judge_lm)
-        return apply_program(program, self.program)
+        return self.assembly.program(engine, retriever, self.config.mode)
 
     def __call__(self, q: Question) -> Callable[..., Any]:
         programs = getattr(self._local, "programs", None)

@@ -1,6 +1,7 @@
 """Tables and charts: the EX table, the paper-style ablation table, and the charts beside them."""
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -45,6 +46,7 @@ def ablation_markdown(rows: Sequence[tuple[str, Mapping[str, Any]]], baseline: s
 
 
 def _pyplot():
+    # matplotlib costs a second: ``reflect-sql score`` prints this module's tables and draws nothing.
     import matplotlib
 
     matplotlib.use("Agg")  # headless: never needs a display
@@ -122,9 +124,7 @@ def per_question_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 def write_run_reports(out: str | Path, records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any],
                       thresholds: Mapping[str, float]) -> None:
     """per_question.csv, the EX chart and the judge calibration of one evaluation."""
-    import csv
-
-    from reflect_sql.experiments import calibration
+    from reflect_sql.experiments import calibration  # calibration imports this module: one of the two must wait
 
     out = Path(out)
     with open(out / "per_question.csv", "w", newline="", encoding="utf-8") as fh:

@@ -25,9 +25,12 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from tqdm import tqdm
+
 from reflect_sql.errors import InvalidQuestion, UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question
+from reflect_sql.experiments.pipeline import PipelineFactory
 from reflect_sql.experiments.tracking import git_commit
 from reflect_sql.experiments.metrics import (
     accuracy_table,
@@ -42,6 +45,8 @@ from reflect_sql.experiments.predictions import write_bird_predictions
 from reflect_sql.experiments.report import write_run_reports
 from reflect_sql.experiments.results_log import ResultsLog
 from reflect_sql.files import atomic_file
+from reflect_sql.lm.accounting import CostMeter
+from reflect_sql.programs.shipped import ProgramChoice, resolve_program
 from reflect_sql.programs.trace import json_safe
 from reflect_sql.settings import SettingsError
 
@@ -109,8 +114,6 @@ def _cost(pred: Any, metered: dict[str, Any], seconds: float) -> dict[str, Any]:
 def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_timeout_s: float,
                       max_value_bytes: int) -> tuple[dict[str, Any], list]:
     """Run the program on one question and score it; returns the results record and the full trace."""
-    from reflect_sql.lm.accounting import CostMeter
-
     started = time.perf_counter()
     pred, exception, invalid = None, None, None
     with CostMeter() as meter:
@@ -229,8 +232,6 @@ class _Progress:
             self._count(r)
         self.bar = None
         if enabled:
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, initial=self.n, desc=name, unit="q", dynamic_ncols=True)
             self._show()
 
@@ -278,8 +279,6 @@ def run_eval(
     first question (and before the pipeline's LMs load), told of each finished question, and ended
     FINISHED after the reports are written, or FAILED / KILLED when the evaluation raises.
     """
-    from reflect_sql.programs.shipped import ProgramChoice, resolve_program
-
     questions = config.dataset.load()
     out = Path(out)
     if factory is None:
@@ -319,8 +318,6 @@ def _evaluate(config: EvalConfig, questions: list[Question], out: Path, meta: di
             tracker.begin(out, meta, done, len(todo))
             _write_json(out / "run.json", meta)  # the MLflow run id, for a resumed run to continue it
         if factory is None:
-            from reflect_sql.experiments.pipeline import PipelineFactory
-
             factory = PipelineFactory(config, out, program=choice)
         started = time.perf_counter()
         earlier = sum(float(s.get("seconds") or 0.0) for s in meta["sessions"] if s is not session)

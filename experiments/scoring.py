@@ -38,7 +38,7 @@ def score_predictions(
             # process wait for the scheduler twice per question.
             scored = [one(q) for q in questions]
         else:
-            from concurrent.futures import ThreadPoolExecutor
+            from concurrent.futures import ThreadPoolExecutor  # 10 ms (logging) the default of 1 thread never pays
 
             # sqlite3 releases the GIL while a query runs, so threads overlap the slow queries.
             with ThreadPoolExecutor(max_workers=threads) as pool:

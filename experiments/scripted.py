@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from reflect_sql.experiments.datasets import Question
+from reflect_sql.lm.scripted import ScriptedLM
 
 PASSING_REPLIES = {
     "RetrievalJudge": {"missing_aspects": [], "relevance": 10, "completeness": 10, "rewritten_question": ""},
@@ -46,8 +47,6 @@ def oracle_script(questions: Iterable[Question], wrong: Iterable[str] = ()):
 
 def oracle_lms(questions: Iterable[Question], wrong: Iterable[str] = ()):
     """(generator, judge) scripted LMs sharing one oracle script."""
-    from reflect_sql.lm.scripted import ScriptedLM
-
     questions = list(questions)
     script = oracle_script(questions, wrong)
     return ScriptedLM(script, role="generator"), ScriptedLM(script, role="judge")

@@ -15,9 +15,20 @@
 - An ablation's parent run (``AblationRun``) starts before its first variant, each variant's run
   nests under it, and its id is kept in ``<out>/ablation_run.json``.
 
+- A tuning study (``StudyRun``) has one parent run per ``tune`` process (a worker, when several
+  share the study), and one nested run per trial, started with the trial and its parameters;
+  the trial's evaluation logs into it (``EvalRun`` attached). A worker that dies leaves its runs
+  RUNNING: they are marked KILLED when its trial is found stale (``kill_runs_of``), and, on a
+  sqlite study that one process owns, when the study resumes (``close_stale_runs``).
+- ``compile`` logs one run with the report, the program file and its prompts (``log_compile``).
+
 The tracking URI is ``settings.mlflow_uri`` (default ``sqlite:///mlruns.db``). Artifacts of a
 sqlite-tracked experiment go to ``mlartifacts/`` beside the database file, not into whatever the
-working directory happens to be. ``make mlflow-ui`` serves the default store on 127.0.0.1.
+working directory happens to be. ``make mlflow-ui`` serves the default store on 127.0.0.1. Every
+``tune`` worker of a distributed study logs to the same URI (an MLflow server's ``http://...``).
+
+``mlflow`` is imported inside the functions that log: it costs 2.6 s, which ``eval --no-mlflow``
+and ``compile`` without tracking would pay for nothing.
 """
 from __future__ import annotations
 
@@ -27,7 +38,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.files import atomic_file
@@ -63,11 +75,16 @@ def _artifact_location(uri: str) -> str | None:
 def _use_experiment(config: EvalConfig) -> str:
     """Point MLflow at the config's store and experiment (created on first use); its id."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     uri = config.settings.mlflow_uri
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(config.mlflow_experiment) is None:
-        mlflow.create_experiment(config.mlflow_experiment, artifact_location=_artifact_location(uri))
+        try:
+            mlflow.create_experiment(config.mlflow_experiment, artifact_location=_artifact_location(uri))
+        except MlflowException:
+            if mlflow.get_experiment_by_name(config.mlflow_experiment) is None:
+                raise  # not another tuning worker creating it first
     return mlflow.set_experiment(config.mlflow_experiment).experiment_id
 
 
@@ -171,7 +188,9 @@ def table_row(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _status_of(exc: BaseException) -> str:
+def status_of(exc: BaseException) -> str:
+    """How a run that ``exc`` ended is marked: KILLED when it was stopped (Ctrl-C, a shutdown), else
+    FAILED. The one place that tells the two apart, for evaluations, ablations and tuning trials."""
     return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
 
 
@@ -397,7 +416,7 @@ class EvalRun:
             self._flush()
         except Exception:  # noqa: BLE001 - the run still gets its status
             pass
-        self._end(_status_of(exc))
+        self._end(status_of(exc))
 
     def _end(self, status: str) -> None:
         import mlflow
@@ -480,7 +499,172 @@ class AblationRun:
 
         active = mlflow.active_run()
         while active is not None and active.info.run_id != self.run_id:
-            mlflow.end_run(_status_of(exc))  # a variant run the error left open
+            mlflow.end_run(status_of(exc))  # a variant run the error left open
             active = mlflow.active_run()
         if active is not None:
-            mlflow.end_run(_status_of(exc))
+            mlflow.end_run(status_of(exc))
+
+
+# --- tuning -------------------------------------------------------------------------------------
+
+
+def _quoted(value: str) -> str:
+    return f"'{value}'" if "'" not in value else f'"{value}"'
+
+
+def close_stale_runs(experiment_id: str, run_name: str, study_tags: dict[str, str]) -> int:
+    """Mark KILLED the parent runs of this very study (``study_tags``: its name and storage) that a
+    killed tuning process left RUNNING, with their trial runs: a study resumes in a new parent run,
+    and the UI would show the old one running forever. Only for a study one process owns (a sqlite
+    study under its lock): no live process owns them then; a study of the same name elsewhere is
+    not touched."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    tags = " and ".join(f"tags.{key} = {_quoted(value)}" for key, value in study_tags.items())
+    stale = client.search_runs([experiment_id], f"attributes.run_name = {_quoted(run_name)} and {tags} "
+                                                 "and attributes.status = 'RUNNING'")
+    closed = 0
+    for parent in stale:
+        children = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}' "
+                                                       "and attributes.status = 'RUNNING'")
+        for run in [*children, parent]:
+            client.set_terminated(run.info.run_id, status="KILLED")
+            closed += 1
+    return closed
+
+
+TRIAL_RUN, WORKER_RUN = "mlflow_run_id", "mlflow_worker_run_id"  # a trial's user attributes
+
+
+class StudyRun:
+    """The MLflow runs of one ``tune`` process: a parent run for the process, a nested run per
+    trial; a no-op when disabled. Each trial records its run's and its parent's id in the trial's
+    user attributes (``TRIAL_RUN``, ``WORKER_RUN``), so a worker that finds the trial stale can
+    mark them KILLED (``kill_runs_of``)."""
+
+    def __init__(self, config: EvalConfig, enabled: bool, run_name: str, study_tags: dict[str, str],
+                 close_stale: bool):
+        self.config = config
+        self.enabled = enabled
+        self.parent = None
+        self.closed_stale = 0
+        if enabled:
+            import mlflow
+
+            experiment_id = _use_experiment(config)
+            if close_stale:
+                self.closed_stale = close_stale_runs(experiment_id, run_name, study_tags)
+            self.parent = mlflow.start_run(run_name=run_name, tags=study_tags)
+
+    @contextmanager
+    def trial(self, name: str, params: dict[str, Any], attrs: Callable[[str, str], None]) -> Iterator[None]:
+        """The trial's nested run, from the trial's start (with its parameters) to its true end;
+        ``attrs(key, value)`` records the run ids on the trial."""
+        if not self.enabled:
+            yield
+            return
+        import mlflow
+
+        run = mlflow.start_run(run_name=name, nested=True, tags={"kind": "trial"})
+        attrs(TRIAL_RUN, run.info.run_id)
+        attrs(WORKER_RUN, self.parent.info.run_id)
+        status = "FAILED"
+        try:
+            mlflow.log_params(params)
+            yield
+            status = "FINISHED"
+        except BaseException as exc:
+            status = status_of(exc)
+            raise
+        finally:
+            mlflow.end_run(status)
+
+    def live(self, config: EvalConfig) -> EvalRun | None:
+        """The running metrics and question table of the trial's evaluation, in the trial's run."""
+        if not self.enabled:
+            return None
+        import mlflow
+
+        return EvalRun(config, attach_to=mlflow.active_run().info.run_id, traces=False)
+
+    def log_step(self, key: str, value: float, step: int) -> None:
+        """A metric of the parent run (the study), while a trial's run is the active one."""
+        if self.enabled and self.parent is not None:
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient().log_metric(self.parent.info.run_id, key, float(value), step=step)
+
+    def log_params(self, params: dict) -> None:
+        if self.enabled:
+            import mlflow
+
+            mlflow.log_params(params)
+
+    def log_metrics(self, metrics: dict) -> None:
+        if self.enabled:
+            import mlflow
+
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+
+    def log_artifacts(self, paths: list[Path | None]) -> None:
+        if self.enabled:
+            import mlflow
+
+            for p in paths:
+                if p is not None and Path(p).is_file():
+                    mlflow.log_artifact(str(p))
+
+    def end(self, status: str = "FINISHED") -> None:
+        if self.enabled and self.parent is not None:
+            import mlflow
+
+            active = mlflow.active_run()
+            while active is not None and active.info.run_id != self.parent.info.run_id:
+                mlflow.end_run(status)  # a trial run an error left open
+                active = mlflow.active_run()
+            mlflow.end_run(status=status)
+
+    def kill_runs_of(self, user_attrs: dict[str, Any]) -> int:
+        """Mark KILLED the runs of a trial whose worker died (its heartbeat went stale): the trial's
+        run and the worker's parent run, if they are still RUNNING."""
+        if not self.enabled:
+            return 0
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        client, killed = MlflowClient(), 0
+        for key in (TRIAL_RUN, WORKER_RUN):
+            run_id = user_attrs.get(key)
+            try:
+                if run_id and client.get_run(run_id).info.status == "RUNNING":
+                    client.set_terminated(run_id, status="KILLED")
+                    killed += 1
+            except MlflowException:
+                pass  # a run of another store (the trial ran with another tracking URI)
+        return killed
+
+
+# --- compile ------------------------------------------------------------------------------------
+
+
+def log_compile(experiment: EvalConfig, out: Path, metadata: dict[str, Any], prompts_markdown: str) -> None:
+    """One run for a ``compile``: its options, the held-out measures before and after, the
+    program file and its prompts as markdown."""
+    import mlflow
+
+    _use_experiment(experiment)
+    with mlflow.start_run(run_name=f"compile:{out.stem}", tags={"kind": "compile"}):
+        mlflow.log_params({"optimizer": metadata["optimizer"], "mode": metadata["mode"], "lm": metadata["lm"],
+                           "command": (metadata["command"] or "")[:6000],
+                           "targets": ",".join(metadata["targets"]), "train_questions": len(metadata["train"]["questions"]),
+                           "train_dataset": json.dumps(metadata["train"]["dataset"])})
+        for target, entry in metadata["report"]["targets"].items():
+            for phase in ("before", "after"):
+                m = entry.get(phase) or {}
+                if m.get("accuracy") is not None:
+                    mlflow.log_metric(f"{target}.{phase}.accuracy", m["accuracy"])
+                if m.get("auc") is not None:
+                    mlflow.log_metric(f"{target}.{phase}.auc", m["auc"])
+        mlflow.log_artifact(str(out))
+        mlflow.log_text(prompts_markdown, f"{out.stem}.prompts.md")

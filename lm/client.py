@@ -15,6 +15,7 @@ import asyncio
 import time
 
 import dspy
+from dspy._vendor.lm15.serde import request_to_dict
 from dspy.clients.call_result import CallResult
 from dspy.clients.execution import aexecute, execute, finalize, prepare
 from dspy.utils.callback import with_callbacks
@@ -26,8 +27,6 @@ from reflect_sql.lm.failures import LMFailure, classify
 
 def _payload(call) -> dict:
     if call.request is not None:
-        from dspy._vendor.lm15.serde import request_to_dict
-
         payload = {"request": request_to_dict(call.request)}
         # Samples of one prompt differ only by their rollout id: each must be its own recording.
         # Absent when unset, so the keys of every recording made before stay what they were.

@@ -30,6 +30,7 @@ from dspy._vendor.lm15.providers.common import openai_token_logprobs
 
 from reflect_sql.lm.models import DEFAULT_MODEL, ensure_model, get_model
 from reflect_sql.lm.threaded import ThreadedAsyncEngine
+from reflect_sql.settings import Settings
 
 LOCAL_PREFIX = "local/"
 
@@ -62,7 +63,7 @@ def _server(path: Path, n_ctx: int, threads: int) -> _Loaded:
     with _servers_lock:
         loaded = _servers.get(key)
         if loaded is None:
-            import xllamacpp
+            import xllamacpp  # llama.cpp's native library: loaded when a model is, not by every importer of lm
 
             params = xllamacpp.CommonParams()
             params.model.path = str(path)
@@ -202,8 +203,6 @@ class LocalEngine:
     ):
         get_model(model)  # unknown names fail here, at construction, not on the first call
         if model_dir is None:
-            from reflect_sql.settings import Settings
-
             model_dir = Settings().model_dir
         self.model = model
         self.model_dir = Path(model_dir).expanduser()

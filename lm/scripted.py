@@ -43,6 +43,7 @@ from typing import Any, Callable, Union
 
 import math
 
+import dspy
 from dspy.lm15 import Message, Request, Response, TextPart, TokenLogprob, TopLogprob, Usage, response_to_events
 
 from reflect_sql.lm.accounting import current_predictor
@@ -108,8 +109,6 @@ def _inputs(user_text: str) -> dict[str, str]:
 
 
 def _output_fields() -> list[str] | None:
-    import dspy
-
     for module in reversed(dspy.settings.get("caller_modules") or []):
         signature = getattr(module, "signature", None)
         if signature is not None:

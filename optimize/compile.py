@@ -20,7 +20,6 @@ saved with the split, the optimizer and the report in ``metadata.reflect_sql``.
 """
 from __future__ import annotations
 
-import json
 import random
 import time
 from dataclasses import replace
@@ -28,16 +27,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 import dspy
+from dspy.teleprompt import BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
 
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question, select
 from reflect_sql.experiments.metrics import match
+from reflect_sql.experiments.pipeline import PipelineFactory
+from reflect_sql.experiments.tracking import git_commit, log_compile
 from reflect_sql.optimize import labelled
 from reflect_sql.optimize.config import CompileOptions, OptimizeConfig, with_dataset
-from reflect_sql.optimize.program_io import keep_signature_names, predictor_for, save_program, skeleton
+from reflect_sql.optimize.export import describe, to_markdown
+from reflect_sql.optimize.program_io import keep_signature_names, load_program, predictor_for, save_program, skeleton
 from reflect_sql.optimize.splits import check_disjoint, exclude
+from reflect_sql.programs.entailment_loop import entailment_score
 from reflect_sql.programs.invoke import with_expected_scores
+from reflect_sql.programs.sql_text import clean_sql
+from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
 from reflect_sql.settings import Settings
 
 JUDGE_TARGETS = ("semantic_judge", "entailment_judge")
@@ -63,8 +69,6 @@ class Student(dspy.Module):
 
 
 def generator_metric(timeout_s: float, max_value_bytes: int) -> Callable:
-    from reflect_sql.programs.sql_text import clean_sql
-
     def metric(example, pred, trace=None) -> bool:
         sql = clean_sql(getattr(pred, "sql", ""))
         return match(example.fmt, sql, example.sql, example.db_path, timeout_s, max_value_bytes).correct
@@ -73,14 +77,10 @@ def generator_metric(timeout_s: float, max_value_bytes: int) -> Callable:
 
 
 def semantic_value(pred, settings: Settings) -> float:
-    from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
-
     return semantic_score({label: float(getattr(pred, field)) for field, _, _, label in CRITERIA}, settings)
 
 
 def entailment_value(pred, settings: Settings) -> float:
-    from reflect_sql.programs.entailment_loop import entailment_score
-
     return entailment_score(float(pred.e_schema), float(pred.e_data), settings)
 
 
@@ -135,8 +135,6 @@ def measure(student: dspy.Module, examples: list[dspy.Example], metric: Callable
 
 def run_optimizer(name: str, student: dspy.Module, fit: list, val: list, metric: Callable,
                   options: CompileOptions) -> dspy.Module:
-    from dspy.teleprompt import BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
-
     if name == "labeled":
         return LabeledFewShot(k=options.max_labeled_demos).compile(
             student, trainset=balanced(fit, options.seed), sample=False)
@@ -232,10 +230,6 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     """Compile, save to ``out``; returns the compiled program (a skeleton: no database behind it)
     and the report (also stored in the file's metadata, with the LMs it was compiled for and
     ``command``, the command line that reproduces it)."""
-    from reflect_sql.experiments.pipeline import PipelineFactory
-    from reflect_sql.lm.factory import configure_lms
-    from reflect_sql.lm.adapters import make_adapter
-
     started = time.perf_counter()
     experiment, options = oc.experiment, oc.compile
     optimizer = optimizer or options.optimizer
@@ -251,12 +245,11 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     log(f"train split: {len(train)} questions ({len(fit_q)} to fit, {len(val_q)} held out), "
         f"disjoint from the {len(evaluated)} evaluated")
 
-    generator_lm, judge_lm = lms or configure_lms(settings)
-    dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
     work = out.with_name(out.stem + ".compile")
     # Retrieval only: nothing runs the pipeline here, so nothing may enrich a knowledge base.
     retrieval_config = replace(experiment, settings=settings.model_copy(update={"use_enrichment": False}))
-    factory = PipelineFactory(retrieval_config, work, program="none", lms=(generator_lm, judge_lm))
+    factory = PipelineFactory(retrieval_config, work, program="none", lms=lms)
+    generator_lm, judge_lm = factory.assembly.lms
     contexts = labelled.Contexts(factory, settings)
     fmt = experiment.dataset.format
     timeout = experiment.score_timeout_s
@@ -312,8 +305,6 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
         factory.close()
 
     report["seconds"] = round(time.perf_counter() - started, 2)
-    from reflect_sql.experiments.tracking import git_commit
-
     metadata = {
         # The generator LM a run must use to load this program (programs.shipped), and the judges'.
         "lm": settings.lm, "judge_lm": settings.effective_judge_lm,
@@ -326,7 +317,9 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
         "report": report,
     }
     save_program(program, out, metadata)
-    _log_mlflow(experiment, out, metadata)
+    if experiment.mlflow_enabled:
+        saved, _ = load_program(out)
+        log_compile(experiment, out, metadata, to_markdown(describe(saved)))
     return program, report
 
 
@@ -343,33 +336,3 @@ def _label_counts(examples: list[dspy.Example]) -> dict[str, int]:
 
 def _pct(m: dict[str, Any]) -> str:
     return "n/a" if m.get("accuracy") is None else f"{100 * m['accuracy']:.1f}%"
-
-
-def _log_mlflow(experiment: EvalConfig, out: Path, metadata: dict[str, Any]) -> None:
-    if not experiment.mlflow_enabled:
-        return
-    import os
-
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
-
-    from reflect_sql.optimize.export import describe, to_markdown
-    from reflect_sql.optimize.program_io import load_program
-
-    mlflow.set_tracking_uri(experiment.settings.mlflow_uri)
-    mlflow.set_experiment(experiment.mlflow_experiment)
-    with mlflow.start_run(run_name=f"compile:{out.stem}"):
-        mlflow.log_params({"optimizer": metadata["optimizer"], "mode": metadata["mode"], "lm": metadata["lm"],
-                           "command": (metadata["command"] or "")[:6000],
-                           "targets": ",".join(metadata["targets"]), "train_questions": len(metadata["train"]["questions"]),
-                           "train_dataset": json.dumps(metadata["train"]["dataset"])})
-        for target, entry in metadata["report"]["targets"].items():
-            for phase in ("before", "after"):
-                m = entry.get(phase) or {}
-                if m.get("accuracy") is not None:
-                    mlflow.log_metric(f"{target}.{phase}.accuracy", m["accuracy"])
-                if m.get("auc") is not None:
-                    mlflow.log_metric(f"{target}.{phase}.auc", m["auc"])
-        mlflow.log_artifact(str(out))
-        program, _ = load_program(out)
-        mlflow.log_text(to_markdown(describe(program)), f"{out.stem}.prompts.md")

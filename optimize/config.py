@@ -13,6 +13,10 @@ then every option below has its default) or an optimisation config that points a
       storage: null                  # default: sqlite:///<out>/optuna.db
       dataset: {sample: 20, seed: 1} # the tuning split, merged over the experiment's dataset
       start_from_config: true        # trial 0 runs the experiment's own settings (the baseline)
+      heartbeat_s: 60                # each worker's trial heartbeat (Optuna's, in the study storage)
+      grace_s: 180                   # a trial silent this long lost its worker: it is retried
+      trial_retries: 3               # at most this many retries of one trial
+      retrieval_weights: false       # true: also search the 17 retrieval_* weights
     compile:
       optimizer: bootstrap           # labeled | bootstrap | random-search | mipro
       targets: [generator, semantic_judge, entailment_judge]
@@ -44,7 +48,8 @@ OPTIMIZERS = ("labeled", "bootstrap", "random-search", "mipro")
 # The retrieval judge judges a context, not SQL: gold and perturbed queries give it no labels.
 TARGETS = ("generator", "semantic_judge", "entailment_judge")
 _TOP = {"experiment", "tune", "compile", "description"}
-_TUNE = {"trials", "study", "seed", "multi_objective", "out", "storage", "dataset", "start_from_config"}
+_TUNE = {"trials", "study", "seed", "multi_objective", "out", "storage", "dataset", "start_from_config",
+         "heartbeat_s", "grace_s", "trial_retries", "retrieval_weights"}
 _COMPILE = {"optimizer", "targets", "train", "max_bootstrapped_demos", "max_labeled_demos",
             "num_candidate_programs", "mipro_auto", "judge_val_fraction", "seed", "threads"}
 _DATASET = {"format", "root", "split", "sample", "seed", "limit", "db_ids"}
@@ -60,6 +65,13 @@ class TuneOptions:
     storage: str | None = None
     dataset: dict[str, Any] = field(default_factory=dict)
     start_from_config: bool = True
+    # A worker records its trial's heartbeat every heartbeat_s; a RUNNING trial silent for
+    # grace_s has lost its worker and is retried with its parameters, at most trial_retries times.
+    heartbeat_s: int = 60
+    grace_s: int = 180
+    trial_retries: int = 3
+    # Off by default: 17 more dimensions would change what an existing study searches.
+    retrieval_weights: bool = False
 
 
 @dataclass
@@ -130,7 +142,13 @@ def load_optimize_config(path: str | Path, sets: list[str] | None = None) -> Opt
         storage=str(t["storage"]) if t.get("storage") else None,
         dataset=dict(t.get("dataset") or {}),
         start_from_config=bool(t.get("start_from_config", True)),
+        heartbeat_s=_positive_int(t.get("heartbeat_s", 60), "tune.heartbeat_s", path),
+        grace_s=_positive_int(t.get("grace_s", 180), "tune.grace_s", path),
+        trial_retries=_positive_int(t.get("trial_retries", 3), "tune.trial_retries", path, 0),
+        retrieval_weights=bool(t.get("retrieval_weights", False)),
     )
+    if tune.grace_s <= tune.heartbeat_s:
+        raise UserError(f"config {path}: tune.grace_s ({tune.grace_s}) must exceed tune.heartbeat_s ({tune.heartbeat_s})")
 
     c = _section(data, "compile", _COMPILE, path)
     optimizer = c.get("optimizer", "bootstrap")

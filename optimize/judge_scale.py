@@ -33,7 +33,10 @@ import dspy
 
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.calibration import auc
+from reflect_sql.experiments.pipeline import PipelineFactory
 from reflect_sql.optimize import labelled
+from reflect_sql.optimize.compile import train_questions
+from reflect_sql.optimize.program_io import detect_mode, load_state, predictor_for, read_state, skeleton
 from reflect_sql.programs.entailment_loop import entailment_score
 from reflect_sql.programs.expected_score import expected_scores
 from reflect_sql.programs.invoke import make_predictor
@@ -233,8 +236,6 @@ def markdown(summary: list[dict[str, Any]], header: str) -> str:
 
 def compiled_demos(state: dict[str, Any], judges: list[str], where: Path) -> dict[str, list]:
     """Each judge's demos in a saved program's ``state``."""
-    from reflect_sql.optimize.program_io import detect_mode, load_state, predictor_for, skeleton
-
     loaded = skeleton(detect_mode(state, where))
     load_state(loaded, state, where=where)
     found = {}
@@ -268,17 +269,10 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
     """Judge every labelled case of the config's train split in every form; resumable through ``rows.jsonl``.
 
     With ``program`` (a compiled program file) the ``int`` form shows each judge's compiled demos."""
-    from reflect_sql.experiments.pipeline import PipelineFactory
-    from reflect_sql.lm.adapters import make_adapter
-    from reflect_sql.lm.factory import configure_lms
-    from reflect_sql.optimize.compile import train_questions
-
     experiment = oc.experiment
     settings = experiment.settings.model_copy(update={"use_enrichment": False})
     state, demos, this = {}, {}, "none"
     if program is not None:
-        from reflect_sql.optimize.program_io import read_state
-
         state = read_state(program)  # parsed once: its demos and its train split
         demos = compiled_demos(state, judges, program)
         this = f"{program} {hashlib.sha256(program.read_bytes()).hexdigest()}"
@@ -288,11 +282,9 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
     questions = train_questions(experiment, oc.compile, evaluated)
     if program is not None:
         _unseen_by(state, questions, program)
-    generator_lm, judge_lm = lms or configure_lms(settings)
-    dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
     # Only its engines and retrievers are used: the judges here are the bare forms, never a compiled program.
-    factory = PipelineFactory(replace(experiment, settings=settings), out / "work", program="none",
-                              lms=(generator_lm, judge_lm))
+    factory = PipelineFactory(replace(experiment, settings=settings), out / "work", program="none", lms=lms)
+    judge_lm = factory.judge_lm
     try:
         contexts = labelled.Contexts(factory, settings)
         cases = labelled.judge_cases(questions, contexts, experiment.dataset.format, experiment.score_timeout_s)

@@ -21,6 +21,9 @@ from sqlglot import exp
 from reflect_sql.experiments.datasets import Question
 from reflect_sql.experiments.metrics import match
 from reflect_sql.optimize.perturb import KINDS, described_variants
+from reflect_sql.programs.checks import check_result, render_findings
+from reflect_sql.programs.entailment_loop import execute, result_preview
+from reflect_sql.programs.retriever import render_examples
 from reflect_sql.settings import Settings
 
 ProgramFor = Callable[[Question], Any]  # a per-database program (as the experiments pipeline builds it)
@@ -76,8 +79,6 @@ class Contexts:
 
     def retrieved(self, q: Question) -> tuple[str, str, str]:
         """(schema_context, examples, dialect) as the first generation of the pipeline sees them."""
-        from reflect_sql.programs.retriever import render_examples
-
         handles = _handles(self.program_for(q))
         s = self.settings
         context = handles.retriever.retrieve(q.question, s.k_tables, s.m_columns, evidence=q.evidence or "")
@@ -92,9 +93,6 @@ class Contexts:
 
     def run(self, q: Question, sql: str) -> tuple[str, str] | None:
         """(result_preview, check_findings) for ``sql``, or None when it does not run."""
-        from reflect_sql.programs.checks import check_result, render_findings
-        from reflect_sql.programs.entailment_loop import execute, result_preview
-
         engine = _handles(self.program_for(q)).engine
         result, error = execute(engine, sql, self.settings)
         if result is None:

@@ -16,6 +16,9 @@ from typing import Any
 import dspy
 
 from reflect_sql.errors import UserError
+from reflect_sql.db.schema import Schema
+from reflect_sql.programs.build import MODES, build_program
+from reflect_sql.programs.retriever import SchemaRetriever
 from reflect_sql.programs.shipped import keep_signature_names, load_state  # noqa: F401 - re-exported
 from reflect_sql.settings import Settings
 
@@ -31,10 +34,6 @@ ROLE_SIGNATURES = {
 
 def skeleton(mode: str, settings: Settings | None = None) -> dspy.Module:
     """The program of ``mode`` with its predictors and no database behind it (not runnable)."""
-    from reflect_sql.db.schema import Schema
-    from reflect_sql.programs.build import build_program
-    from reflect_sql.programs.retriever import SchemaRetriever
-
     return build_program(settings or Settings(), None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
 
 
@@ -65,8 +64,6 @@ def read_state(path: str | Path) -> dict[str, Any]:
 
 
 def detect_mode(state: dict[str, Any], path: str | Path = "program") -> str:
-    from reflect_sql.programs.build import MODES
-
     recorded = (state.get("metadata") or {}).get("reflect_sql", {}).get("mode")
     if recorded in MODES:
         return recorded

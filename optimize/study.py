@@ -1,66 +1,84 @@
 """``reflect-sql tune``: an Optuna study over the paper's thresholds and weights (section 7 grid-searched
 them), with execution accuracy on a tuning split as the objective.
 
-- Storage is sqlite and the study is resumable: rerunning the same command tops the study up to
-  ``trials`` completed trials. A trial cut short (Ctrl-C, or a killed process that left it
-  RUNNING) is re-queued with the same parameters, and its per-question results resume, because
-  each trial evaluates into ``trials/<fingerprint of its settings>/`` through the experiments
-  runner: the same settings always land in the same directory. One process tunes a study at a
-  time (a file lock beside the sqlite database): a second one is refused, because it would take
-  the first one's running trial for an interrupted one.
+- The study lives in Optuna's RDB storage: by default a sqlite file in ``out`` (one process at a
+  time, ``study_lock``), or a server database (``--storage postgresql://...``) that any number of
+  ``tune`` processes, on one machine or many, share as workers. Rerunning the same command tops the
+  study up to ``trials`` completed trials; each worker stops when the study has them.
+- Trials are never run twice: Optuna hands each queued trial to one worker, and a worker that would
+  start a trial beyond the target (another worker got there first) drops it as PRUNED before it
+  evaluates anything. A worker whose trials are all taken waits for the running ones to end.
+- Every trial records Optuna's heartbeat. A trial whose worker was killed goes silent; after
+  ``grace_s`` a worker finds it stale and Optuna's ``RetryHeartbeatStaleTrialCallback`` queues it
+  again with its parameters (at most ``trial_retries`` times). A trial interrupted in this process
+  (Ctrl-C) is failed and queued the same way at once. The retry resumes the per-question results,
+  because each trial evaluates into ``trials/<fingerprint of its settings>/`` through the
+  experiments runner: the same settings always land in the same directory.
 - Samplers are seeded; TPE starts modelling after half the trials (at most Optuna's 10), and
-  NSGA-II's population is half the trials (at least 4). A resumed study reseeds with ``seed + trials so far``: a sampler restarted
-  on its first seed would replay the random start-up points already evaluated.
+  NSGA-II's population is half the trials (at least 4). A resumed study reseeds with ``seed + trials
+  so far``: a sampler restarted on its first seed would replay the random start-up points already
+  evaluated. Workers of a server study also mix in their host and pid (else two workers started
+  together would draw the same points), and TPE lies that running trials scored badly so that
+  parallel workers do not crowd one region (``constant_liar``): a parallel study is not replayable.
 - Single objective: maximise EX (TPE). Multi-objective: maximise EX and minimise LM calls per
   question (NSGA-II); the Pareto front is written to ``pareto.json`` and ``pareto_front.png``.
 - LM calls go through the DSPy cache (``lm_cache``, one cache dir for every trial), so a threshold
   that only changes control flow replays the calls it shares with earlier trials for free.
-- Each trial is a nested MLflow run under one run per invocation, started when the trial starts
-  with its parameters; it holds the trial's running metrics and per-question table (the live
-  ``experiments.tracking.EvalRun``, attached to it) and ends FINISHED, FAILED or KILLED (Ctrl-C),
-  as does the parent. The parent logs ``trial_ex`` per trial and the study's ``best_ex`` whenever
-  it improves, both with ``step`` = trial number.
-- Trial 0 of a new study runs the configured settings (``start_from_config``), so the result
-  shows the baseline EX next to the best one.
-- The best trial is written as ``best_settings.yaml`` (a settings file: ``--config`` of ``ask``)
-  and ``best_config.yaml`` (an experiment config extending the original: ``reflect-sql eval`` takes
-  it), plus ``optimization_history.png`` and ``param_importances.png``.
+- MLflow (``experiments.tracking.StudyRun``): one parent run per worker, a nested run per trial
+  holding its running metrics and question table; every worker logs to ``settings.mlflow_uri``.
+  The parent logs ``trial_ex`` per trial and ``best_ex`` whenever the study's best improves, both
+  with ``step`` = trial number.
+- Trial 0 of a new study runs the configured settings (``start_from_config``): the worker that
+  creates the study queues it, so the result shows the baseline EX next to the best one.
+- Outputs (``study_outputs``): ``best_settings.yaml``, ``best_config.yaml``, the charts.
 - Trials run the compiled program ``--program`` resolves (``programs.shipped``; by default the one
   shipped for the generator LM). The study records it (path and sha256) and a resumed study must
   run the same one; ``best_config.yaml`` names it.
+
+A shutdown (Ctrl-C; SIGTERM once a handler raises for it in the main thread) is whatever
+``experiments.tracking.status_of`` calls KILLED: the trial in flight is failed and queued again
+(``retry_interrupted``), its MLflow run and the worker's end KILLED, and the sqlite lock is released.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import socket
 import time
-from contextlib import contextmanager
+import warnings
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import optuna
-import yaml
+from optuna.exceptions import ExperimentalWarning
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.config import EvalConfig
+from reflect_sql.experiments.pipeline import PipelineFactory
 from reflect_sql.experiments.runner import ProgramFactory, run_eval
-from reflect_sql.experiments.tracking import EvalRun, program_params
+from reflect_sql.experiments.tracking import StudyRun, program_params, status_of
 from reflect_sql.optimize.config import TuneOptions, with_dataset
 from reflect_sql.optimize.search_space import TUNED_KEYS, params_from_settings, settings_from_params, suggest_params
+from reflect_sql.optimize.study_lock import sqlite_storage_file, study_lock
+from reflect_sql.optimize.study_outputs import PROGRAM, completed, save_plots, trial_metrics, write_best
 from reflect_sql.programs.shipped import ProgramChoice, resolve_program
-from reflect_sql.settings import Settings
 
 FactoryFor = Callable[[EvalConfig, Path], ProgramFactory]
-_INTERRUPTED = "interrupted"
-_PROGRAM = "program"
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as trials and MLflow name it
+# Optuna marks the heartbeat, its retry callback and constant_liar experimental; they are what we use.
+warnings.filterwarnings("ignore", category=ExperimentalWarning)
 
 
 @dataclass
 class TuneResult:
     study_name: str
-    storage: str
+    storage: str  # as shown: a server URL's password is masked
     out: Path
     completed: int
     best: list[dict[str, Any]]  # one entry, or the Pareto front
@@ -79,54 +97,102 @@ def startup_trials(target: int) -> int:
     return max(3, min(10, target // 2))
 
 
-def make_sampler(multi_objective: bool, seed: int, target: int = 20) -> optuna.samplers.BaseSampler:
+def make_sampler(multi_objective: bool, seed: int, target: int = 20, parallel: bool = False) -> optuna.samplers.BaseSampler:
     if multi_objective:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, target // 2)))
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(target))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(target), constant_liar=parallel)
 
 
-def open_study(name: str, storage: str, multi_objective: bool, seed: int, target: int = 20) -> optuna.Study:
-    directions = ["maximize", "minimize"] if multi_objective else ["maximize"]
+# --- storage ------------------------------------------------------------------------------------
+
+
+def shown_storage(storage: str) -> str:
+    """The storage URL as logs, MLflow and results show it: a server URL's password masked."""
+    if sqlite_storage_file(storage) is not None:
+        return storage
     try:
-        study = optuna.create_study(study_name=name, storage=storage, directions=directions,
-                                    sampler=make_sampler(multi_objective, seed, target), load_if_exists=True)
-    except ValueError as exc:
-        raise UserError(f"cannot open study {name!r} in {storage}: {exc}") from None
+        return make_url(storage).render_as_string(hide_password=True)
+    except ArgumentError:
+        return storage
+
+
+def storage_id(storage: str) -> str:
+    """One name per study database, whatever the spelling (``?timeout=30``, a password)."""
+    db = sqlite_storage_file(storage)
+    return f"sqlite:///{db}" if db is not None else shown_storage(storage).split("?", 1)[0]
+
+
+def _engine_url(storage: str) -> str:
+    """PostgreSQL through psycopg 3, the driver the project installs (SQLAlchemy's default is psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if storage.startswith(prefix):
+            return "postgresql+psycopg://" + storage[len(prefix):]
+    return storage
+
+
+class TrialRetry:
+    """What becomes of a trial whose worker is gone: ``on_stale`` sees it (the tracker closes its
+    MLflow runs), then Optuna's retry callback queues it again with its parameters."""
+
+    def __init__(self, max_retry: int):
+        self.retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+        self.on_stale: Callable[[optuna.trial.FrozenTrial], Any] | None = None
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if self.on_stale is not None:
+            self.on_stale(trial)
+        self.retry(study, trial)
+
+
+def open_storage(storage: str, options: TuneOptions) -> tuple[RDBStorage, TrialRetry]:
+    """Optuna's RDB storage with trial heartbeats and the retry of stale trials."""
+    retry = TrialRetry(options.trial_retries)
+    for attempt in (1, 2):
+        try:
+            rdb = RDBStorage(_engine_url(storage), heartbeat_interval=options.heartbeat_s,
+                             grace_period=options.grace_s, heartbeat_stale_trial_callback=retry)
+            return rdb, retry
+        except IntegrityError:
+            # Workers started together on an empty database both create Optuna's tables; the
+            # loser's CREATE collides with the winner's, whose tables are then there to use.
+            if attempt == 2:
+                raise
+            time.sleep(1.0)
+        except (ArgumentError, SQLAlchemyError, ValueError, ImportError) as exc:
+            first = " ".join(str(exc).split())[:300]
+            raise UserError(f"cannot open the study storage {shown_storage(storage)}: {first}") from None
+    raise AssertionError("unreachable")
+
+
+def open_study(name: str, storage: RDBStorage, multi_objective: bool, seed: int, target: int = 20,
+               parallel: bool = False) -> tuple[optuna.Study, bool]:
+    """The study, and whether this call created it (exactly one worker does: the storage's unique
+    study name decides)."""
+    directions = ["maximize", "minimize"] if multi_objective else ["maximize"]
+    sampler = make_sampler(multi_objective, seed, target, parallel)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, directions=directions, sampler=sampler)
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        created = False
     if [d.name for d in study.directions] != [d.upper() for d in directions]:
-        raise UserError(f"study {name!r} in {storage} was created {'multi' if len(study.directions) > 1 else 'single'}"
+        raise UserError(f"study {name!r} was created {'multi' if len(study.directions) > 1 else 'single'}"
                         "-objective; use another --study name to change that")
-    if study.trials:
-        study.sampler = make_sampler(multi_objective, seed + len(study.trials), target)
-    return study
-
-
-def requeue_interrupted(study: optuna.Study) -> int:
-    """Fail trials a killed process left RUNNING; queue again every interrupted trial's parameters
-    that no finished or waiting trial covers. One tuning process per study at a time."""
-    S = optuna.trial.TrialState
-    for t in study.get_trials(deepcopy=False, states=(S.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, _INTERRUPTED, True)
-        study._storage.set_trial_state_values(t._trial_id, S.FAIL)
-    # A waiting trial has no params yet, only the ones fixed for it when it was queued.
-    covered = [t.params or t.system_attrs.get("fixed_params") or {}
-               for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.WAITING))]
-    queued = 0
-    for t in study.get_trials(deepcopy=False, states=(S.FAIL,)):
-        if t.user_attrs.get(_INTERRUPTED) and t.params and t.params not in covered:
-            keep = {k: v for k, v in t.user_attrs.items() if k == "baseline"}
-            study.enqueue_trial(t.params, user_attrs=keep or None)
-            covered.append(t.params)
-            queued += 1
-    return queued
+    trials = len(study.trials)
+    if trials or parallel:
+        worker = zlib.crc32(WORKER.encode()) if parallel else 0
+        study.sampler = make_sampler(multi_objective, (seed + trials + worker) % 2**32, target, parallel)
+    return study, created
 
 
 def check_study_program(study: optuna.Study, choice: ProgramChoice, storage: str) -> None:
     """A study records the compiled program its trials run (sha256); a resumed study must run the
     same one, or its trials would compare two programs as if they were one."""
-    recorded = study.user_attrs.get(_PROGRAM)
+    recorded = study.user_attrs.get(PROGRAM)
     if recorded is None:
         if not study.trials:
-            study.set_user_attr(_PROGRAM, choice.to_json())
+            study.set_user_attr(PROGRAM, choice.to_json())
         return
     if recorded.get("sha256") != choice.sha256:
         raise UserError(f"study {study.study_name!r} in {storage} runs program {recorded.get('path')} "
@@ -135,222 +201,50 @@ def check_study_program(study: optuna.Study, choice: ProgramChoice, storage: str
                         "or use another --study")
 
 
-def _completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+# --- trials -------------------------------------------------------------------------------------
 
 
-def _trial_out(out: Path, config: EvalConfig) -> Path:
-    return out / "trials" / config.fingerprint()
+def next_step(study: optuna.Study, target: int) -> str:
+    """"run" a trial, "wait" for other workers' running trials, or "done". Stale trials are failed
+    (and queued again) first, so a dead worker's trial is not waited for."""
+    fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING))
+    done = sum(t.state == TrialState.COMPLETE for t in trials)
+    running = sum(t.state == TrialState.RUNNING for t in trials)
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    if done >= target:
+        return "done"
+    if waiting or done + running < target:
+        return "run"
+    return "wait"
 
 
-def _quoted(value: str) -> str:
-    return f"'{value}'" if "'" not in value else f'"{value}"'
+def queued(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """A trial that was queued (the baseline, or a retry) must run; a sampled one may be surplus."""
+    frozen = study._storage.get_trial(trial._trial_id)
+    return "fixed_params" in frozen.system_attrs or RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen) is not None
 
 
-def close_stale_runs(experiment_id: str, run_name: str, study_tags: dict[str, str]) -> int:
-    """Mark KILLED the parent runs of this very study (``study_tags``: its name and storage) that a
-    killed tuning process left RUNNING, with their trial runs: a study resumes in a new parent run,
-    and the UI would show the old one running forever. Called under the study lock of a sqlite
-    study, so no live process owns them; a study of the same name elsewhere is not touched."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    tags = " and ".join(f"tags.{key} = {_quoted(value)}" for key, value in study_tags.items())
-    stale = client.search_runs([experiment_id], f"attributes.run_name = {_quoted(run_name)} and {tags} "
-                                                 "and attributes.status = 'RUNNING'")
-    closed = 0
-    for parent in stale:
-        children = client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}' "
-                                                       "and attributes.status = 'RUNNING'")
-        for run in [*children, parent]:
-            client.set_terminated(run.info.run_id, status="KILLED")
-            closed += 1
-    return closed
+def surplus(study: optuna.Study, trial: optuna.Trial, target: int) -> bool:
+    """Another worker asked for the target's last trial first: as many trials before this one are
+    complete or running as the study wants."""
+    if queued(study, trial):
+        return False
+    ahead = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    return sum(t.number < trial.number for t in ahead) >= target
 
 
-class _MLflow:
-    """One parent run per invocation, one nested run per trial; a no-op when disabled."""
-
-    def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str, study_tags: dict[str, str],
-                 close_stale: bool):
-        self.enabled = enabled
-        self.parent = None
-        self.closed_stale = 0
-        if enabled:
-            os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-            import mlflow
-
-            mlflow.set_tracking_uri(uri)
-            experiment_id = mlflow.set_experiment(experiment).experiment_id
-            if close_stale:
-                self.closed_stale = close_stale_runs(experiment_id, run_name, study_tags)
-            self.parent = mlflow.start_run(run_name=run_name, tags=study_tags)
-
-    @contextmanager
-    def trial(self, name: str, params: dict[str, Any]) -> Iterator[None]:
-        """The trial's nested run, from the trial's start (with its parameters) to its true end."""
-        if not self.enabled:
-            yield
-            return
-        import mlflow
-
-        mlflow.start_run(run_name=name, nested=True, tags={"kind": "trial"})
-        status = "FAILED"
-        try:
-            mlflow.log_params(params)
-            yield
-            status = "FINISHED"
-        except KeyboardInterrupt:
-            status = "KILLED"
-            raise
-        finally:
-            mlflow.end_run(status)
-
-    def live(self, config: EvalConfig) -> EvalRun | None:
-        """The running metrics and question table of the trial's evaluation, in the trial's run."""
-        if not self.enabled:
-            return None
-        import mlflow
-
-        return EvalRun(config, attach_to=mlflow.active_run().info.run_id, traces=False)
-
-    def log_step(self, key: str, value: float, step: int) -> None:
-        """A metric of the parent run (the study), while a trial's run is the active one."""
-        if self.enabled and self.parent is not None:
-            from mlflow.tracking import MlflowClient
-
-            MlflowClient().log_metric(self.parent.info.run_id, key, float(value), step=step)
-
-    def log_params(self, params: dict) -> None:
-        if self.enabled:
-            import mlflow
-
-            mlflow.log_params(params)
-
-    def log_metrics(self, metrics: dict) -> None:
-        if self.enabled:
-            import mlflow
-
-            mlflow.log_metrics({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
-
-    def log_artifacts(self, paths: list[Path]) -> None:
-        if self.enabled:
-            import mlflow
-
-            for p in paths:
-                if p is not None and Path(p).is_file():
-                    mlflow.log_artifact(str(p))
-
-    def end(self, status: str = "FINISHED") -> None:
-        if self.enabled and self.parent is not None:
-            import mlflow
-
-            active = mlflow.active_run()
-            while active is not None and active.info.run_id != self.parent.info.run_id:
-                mlflow.end_run(status)  # a trial run an error left open
-                active = mlflow.active_run()
-            mlflow.end_run(status=status)
-
-
-def trial_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    per_q = (summary.get("cost") or {}).get("per_question") or {}
-    return {
-        "ex": float(summary.get("overall") or 0.0),
-        "lm_calls_per_question": float(per_q.get("lm_calls") or 0.0),
-        "prompt_tokens_per_question": float(per_q.get("prompt_tokens") or 0.0),
-        "seconds_per_question": float(per_q.get("seconds") or 0.0),
-        "questions": int(summary.get("finished") or 0),
-        "errors": int(summary.get("errors") or 0),
-    }
-
-
-def _describe(trial: optuna.trial.FrozenTrial, base: Settings) -> dict[str, Any]:
-    settings = settings_from_params(trial.params, base)
-    return {
-        "trial": trial.number,
-        "values": list(trial.values),
-        "ex": trial.user_attrs.get("ex", trial.values[0]),
-        "lm_calls_per_question": trial.user_attrs.get("lm_calls_per_question"),
-        "settings": {k: getattr(settings, k) for k in TUNED_KEYS},
-    }
-
-
-def _pick_best(study: optuna.Study, multi_objective: bool) -> tuple[optuna.trial.FrozenTrial, list[optuna.trial.FrozenTrial]]:
-    if not multi_objective:
-        # Ties on EX go to the cheaper trial, then the earlier one: reproducible and frugal.
-        done = _completed(study)
-        best = max(done, key=lambda t: (t.values[0], -(t.user_attrs.get("lm_calls_per_question") or 0), -t.number))
-        return best, [best]
-    front = sorted(study.best_trials, key=lambda t: (-t.values[0], t.values[1], t.number))
-    return front[0], front
-
-
-def write_best(study: optuna.Study, config: EvalConfig, out: Path, multi_objective: bool) -> tuple[Path, Path, list[dict]]:
-    best, front = _pick_best(study, multi_objective)
-    settings = settings_from_params(best.params, config.settings)
-    header = (f"# Tuned by `reflect-sql tune`: study {study.study_name}, trial {best.number}, "
-              f"EX {best.user_attrs.get('ex', best.values[0]):.2f}% on {best.user_attrs.get('questions', '?')} tuning questions.\n")
-    settings_path = out / "best_settings.yaml"
-    settings_path.write_text(header + settings.to_yaml(), encoding="utf-8")
-
-    best_config = {"name": f"{config.name}-tuned"}
-    if config.source is not None:
-        best_config["extends"] = os.path.relpath(Path(config.source).resolve(), out.resolve())
-    else:  # no file to extend: carry the experiment's own sections
-        best_config.update({k: v for k, v in config.raw.items() if k not in ("name", "settings")})
-    # Every setting, not only the tuned ones: --set overrides given to tune are part of what was measured.
-    best_config["settings"] = settings.model_dump(mode="json")
-    program = study.user_attrs.get(_PROGRAM) or {}
-    if program.get("path"):
-        header += (f"# Trials ran program {program['path']} (sha256 {program.get('sha256') or 'none'}): "
-                   f"evaluate with --program {program['path']}.\n")
-    config_path = out / "best_config.yaml"
-    config_path.write_text(
-        header + "# The dataset comes from the extended config: evaluate on questions the study did not tune on.\n"
-        + yaml.safe_dump(best_config, sort_keys=False, allow_unicode=True), encoding="utf-8")
-
-    described = [_describe(t, config.settings) for t in front]
-    if multi_objective:
-        (out / "pareto.json").write_text(json.dumps(described, indent=2) + "\n", encoding="utf-8")
-    return settings_path, config_path, described
-
-
-def save_plots(study: optuna.Study, out: Path, multi_objective: bool) -> dict[str, str | None]:
-    """PNG charts; a chart that cannot be drawn yet (too few trials) is skipped with the reason."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as ovm
-
-    ex = (lambda t: t.values[0]) if multi_objective else None
-    charts: dict[str, Callable[[], Any]] = {
-        "optimization_history": lambda: ovm.plot_optimization_history(study, target=ex, target_name="EX (%)"),
-        "param_importances": lambda: ovm.plot_param_importances(study, target=ex, target_name="EX (%)"),
-    }
-    if multi_objective:
-        charts["pareto_front"] = lambda: ovm.plot_pareto_front(study, target_names=["EX (%)", "LM calls / question"])
-    done = _completed(study)
-    plots: dict[str, str | None] = {}
-    for name, draw in charts.items():
-        if name == "param_importances" and len({t.values[0] for t in done}) < 2:
-            plots[name] = f"skipped: needs at least 2 completed trials with different EX (have {len(done)} completed)"
-            continue
-        path = out / f"{name}.png"
-        try:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # optuna marks its matplotlib backend experimental
-                axes = draw()
-            figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
-            figure.tight_layout()
-            figure.savefig(path, dpi=110)
-            plt.close(figure)
-            plots[name] = str(path)
-        except (ValueError, RuntimeError, ZeroDivisionError) as exc:
-            plots[name] = f"skipped: {exc}"
-    return plots
+def retry_interrupted(study: optuna.Study, trial_id: int, retry: TrialRetry) -> bool:
+    """Fail a trial this process was running when it was interrupted (Optuna fails it on Ctrl-C and
+    leaves it RUNNING on other exits), and queue it again as a stale one would be."""
+    trial = study._storage.get_trial(trial_id)
+    if trial.state == TrialState.RUNNING:
+        study._storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        trial = study._storage.get_trial(trial_id)
+    if trial.state != TrialState.FAIL:
+        return False
+    retry.retry(study, trial)
+    return True
 
 
 def _pipeline_factories(program: ProgramChoice) -> FactoryFor:
@@ -358,57 +252,15 @@ def _pipeline_factories(program: ProgramChoice) -> FactoryFor:
 
     def make(trial_config: EvalConfig, trial_dir: Path) -> ProgramFactory:
         nonlocal lms
-        from reflect_sql.experiments.pipeline import PipelineFactory
-        from reflect_sql.lm.factory import configure_lms
-
-        if lms is None:  # tuned keys never touch the LM settings, so one pair serves every trial
-            lms = configure_lms(trial_config.settings)
-        return PipelineFactory(trial_config, trial_dir, program=program, lms=lms)
+        factory = PipelineFactory(trial_config, trial_dir, program=program, lms=lms)
+        lms = factory.assembly.lms  # tuned keys never touch the LM settings: one pair serves every trial
+        return factory
 
     return make
 
 
-def sqlite_storage_file(storage: str) -> Path | None:
-    """The database file of a sqlite storage URL, resolved (``?timeout=30`` names the same file);
-    None for a server storage."""
-    if not storage.startswith("sqlite:///"):
-        return None
-    return Path(storage[len("sqlite:///"):].split("?", 1)[0]).resolve()
-
-
-def study_lock_path(storage: str, name: str, out: Path) -> Path:
-    """Beside a sqlite study's database, so that every process on that file meets the same lock,
-    whatever its --out; in ``out`` for a server storage (processes elsewhere do not see it)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    db = sqlite_storage_file(storage)
-    if db is not None:
-        return db.parent / f"{db.name}.{safe}.lock"
-    return out / f".{safe}.lock"
-
-
-@contextmanager
-def study_lock(storage: str, name: str, out: Path) -> Iterator[None]:
-    """One tuning process per study: a second one would take the first's running trial for an
-    interrupted one, fail it and queue it again (``requeue_interrupted``)."""
-    path = study_lock_path(storage, name, out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise UserError(f"study {name!r} in {storage} is being tuned by another process (pid {holder}); "
-                            "one process per study at a time: wait for it, or stop it and rerun to resume") from None
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(str(os.getpid()))
-            handle.flush()
-            yield
-        finally:
-            handle.truncate(0)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _trial_out(out: Path, config: EvalConfig) -> Path:
+    return out / "trials" / config.fingerprint()
 
 
 def run_study(
@@ -423,7 +275,7 @@ def run_study(
     log: Callable[[str], None] = lambda _: None,
     program: str | Path | None = None,
 ) -> TuneResult:
-    """Top the study up to ``trials`` completed trials on the tuning split and write its outputs.
+    """Work on the study until it has ``trials`` completed trials on the tuning split, then write its outputs.
 
     ``factory_for(trial_config, trial_dir)`` gives the runner's program factory for a trial;
     by default the experiments pipeline, on LMs built once for the whole study (the embedded
@@ -435,61 +287,71 @@ def run_study(
     name = study_name or options.study or f"{config.name}-tune"
     out = Path(out or options.out or default_out(name))
     out.mkdir(parents=True, exist_ok=True)
-    storage = options.storage or f"sqlite:///{(out / 'optuna.db').resolve()}"
+    storage_url = options.storage or f"sqlite:///{(out / 'optuna.db').resolve()}"
+    shown = shown_storage(storage_url)
     target = trials if trials is not None else options.trials
     tuning = with_dataset(config, options.dataset)
     multi = options.multi_objective
+    # A sqlite study is one process's (its lock); a server study is shared by workers.
+    parallel = sqlite_storage_file(storage_url) is None
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # Only a sqlite study's lock covers every process that could own its runs; on a server storage a
-    # live process elsewhere might, so its stale runs are left for the user to close.
-    storage_file = sqlite_storage_file(storage)
-    storage_id = f"sqlite:///{storage_file}" if storage_file is not None else storage.split("?", 1)[0]
     choice = resolve_program(program, tuning.settings.lm)
-    with study_lock(storage, name, out):
+    with study_lock(storage_url, name):
         factory_for = factory_for or _pipeline_factories(choice)
-        study = open_study(name, storage, multi, options.seed, target)
-        check_study_program(study, choice, storage)
-        if not study.trials and options.start_from_config:
+        storage, retry = open_storage(storage_url, options)
+        study, created = open_study(name, storage, multi, options.seed, target, parallel)
+        check_study_program(study, choice, shown)
+        if created and options.start_from_config:
             # Trial 0 runs the configured settings: the baseline the tuned EX is compared with.
             study.enqueue_trial(params_from_settings(tuning.settings), user_attrs={"baseline": True})
-        queued = requeue_interrupted(study)
-        if queued:
-            log(f"re-queued {queued} interrupted trial(s) with their parameters")
-        remaining = max(0, target - len(_completed(study)))
-        log(f"study {name}: {len(_completed(study))} completed, running {remaining} more ({storage})")
+        if not parallel:
+            # Under the sqlite study's lock no other process runs a trial: a RUNNING one is a killed
+            # process's, retried now rather than after the heartbeat's grace period.
+            dead = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+            if sum(retry_interrupted(study, trial_id, retry) for trial_id in dead):
+                log(f"queued again {len(dead)} trial(s) a killed process left running, with their parameters")
+        remaining = max(0, target - len(completed(study)))
+        log(f"study {name}: {len(completed(study))} completed, {remaining} to go ({shown})")
 
-        tracker = _MLflow(config.mlflow_enabled and remaining > 0, config.settings.mlflow_uri,
-                          config.mlflow_experiment, f"tune:{name}", {"study": name, "study_storage": storage_id},
-                          close_stale=storage_file is not None)
+        tracker = StudyRun(config, config.mlflow_enabled and remaining > 0, f"tune:{name}",
+                           {"study": name, "study_storage": storage_id(storage_url)}, close_stale=not parallel)
+
+        def lost_worker(trial: optuna.trial.FrozenTrial) -> None:
+            log(f"trial {trial.number} lost its worker (no heartbeat for {options.grace_s}s): retrying it with its parameters")
+            tracker.kill_runs_of(trial.user_attrs)
+
+        retry.on_stale = lost_worker
         if tracker.closed_stale:
             log(f"marked KILLED {tracker.closed_stale} MLflow run(s) of this study that a killed process left RUNNING")
         status = "FAILED"
+        in_flight: list[int] = []  # the storage id of the trial this process runs
         try:
             if remaining:
-                tracker.log_params({"study": name, "storage": storage, "target_trials": target, "seed": options.seed,
+                tracker.log_params({"study": name, "storage": shown, "target_trials": target, "seed": options.seed,
                                     "multi_objective": multi, "dataset": json.dumps(tuning.dataset.to_json()),
+                                    "worker": WORKER,
                                     **program_params(choice.to_json())})
-            done = _completed(study)
-            best_ex = max((t.values[0] for t in done), default=None)
-            if best_ex is not None:  # the best so far of a resumed study, where its chart goes on
-                tracker.log_step("best_ex", best_ex, max(t.number for t in done))
+            done = completed(study)
+            if done:  # the best so far of a resumed study, where its chart goes on
+                tracker.log_step("best_ex", max(t.values[0] for t in done), max(t.number for t in done))
 
             def objective(trial: optuna.Trial):
-                nonlocal best_ex
-                settings = settings_from_params(suggest_params(trial), tuning.settings)
+                in_flight[:] = [trial._trial_id]
+                if surplus(study, trial, target):
+                    raise optuna.TrialPruned("the study has its trials: another worker took the last one")
+                settings = settings_from_params(suggest_params(trial, options.retrieval_weights), tuning.settings)
                 trial_config = replace(tuning, settings=settings, name=f"{name}-trial{trial.number}")
                 trial_dir = _trial_out(out, trial_config)
                 trial.set_user_attr("out", str(trial_dir))
+                trial.set_user_attr("worker", WORKER)
                 with tracker.trial(f"trial-{trial.number}",
-                                   {"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}}):
+                                   {"trial": trial.number, **{k: getattr(settings, k) for k in TUNED_KEYS}},
+                                   trial.set_user_attr):
                     factory = factory_for(trial_config, trial_dir)
                     try:
                         summary = run_eval(trial_config, trial_dir, factory, progress=progress,
                                            tracker=tracker.live(trial_config))
-                    except KeyboardInterrupt:
-                        trial.set_user_attr(_INTERRUPTED, True)
-                        raise
                     finally:
                         close = getattr(factory, "close", None)
                         if close is not None:
@@ -499,30 +361,40 @@ def run_study(
                         trial.set_user_attr(key, value)
                     tracker.log_metrics(metrics)
                     tracker.log_step("trial_ex", metrics["ex"], trial.number)
-                    if best_ex is None or metrics["ex"] > best_ex:
-                        best_ex = metrics["ex"]
-                        tracker.log_step("best_ex", best_ex, trial.number)
+                    best_before = max((t.values[0] for t in completed(study)), default=None)
+                    if best_before is None or metrics["ex"] > best_before:
+                        tracker.log_step("best_ex", metrics["ex"], trial.number)
                 log(f"trial {trial.number}: EX {metrics['ex']:.2f}%, {metrics['lm_calls_per_question']:.2f} LM calls/question")
                 if multi:
                     return metrics["ex"], metrics["lm_calls_per_question"]
                 return metrics["ex"]
 
-            if remaining:
-                study.optimize(objective, n_trials=remaining)
-            completed = _completed(study)
+            waiting = False
+            while (step := next_step(study, target)) != "done":
+                if step == "wait":
+                    if not waiting:
+                        log("every trial the study still needs is running in another worker: waiting for them "
+                            f"(a dead worker's trial is retried after {options.grace_s}s)")
+                    waiting = True
+                    time.sleep(options.heartbeat_s)
+                    continue
+                waiting = False
+                study.optimize(objective, n_trials=1)
+                in_flight.clear()
+            done = completed(study)
             settings_path = config_path = None
             best: list[dict] = []
-            if completed:
+            if done:
                 settings_path, config_path, best = write_best(study, config, out, multi)
-            plots = save_plots(study, out, multi) if completed else {}
+            plots = save_plots(study, out, multi) if done else {}
             tracker.log_artifacts([settings_path, config_path, *(Path(p) for p in plots.values() if p and p.endswith(".png"))])
             status = "FINISHED"
-        except KeyboardInterrupt:
-            status = "KILLED"
+        except BaseException as exc:
+            status = status_of(exc)
+            if status == "KILLED" and in_flight and retry_interrupted(study, in_flight[0], retry):
+                log("the interrupted trial is queued again with its parameters: rerun to resume it")
             raise
         finally:
             tracker.end(status)
-        return TuneResult(name, storage, out, len(completed), best, settings_path, config_path, plots,
+        return TuneResult(name, shown, out, len(done), best, settings_path, config_path, plots,
                           round(time.perf_counter() - started, 3))
-
-

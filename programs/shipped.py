@@ -29,10 +29,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from reflect_sql.db.schema import Schema
 from reflect_sql.errors import UserError
+from reflect_sql.lm.local_engine import LOCAL_PREFIX
+from reflect_sql.lm.models import DEFAULT_MODEL
+from reflect_sql.programs.build import MODES, build_program
+from reflect_sql.programs.retriever import SchemaRetriever
+from reflect_sql.settings import Settings
 
 COMPILED_DIR = Path(__file__).resolve().parent / "compiled"
-LOCAL_PREFIX = "local/"
 NONE = "none"
 
 
@@ -75,8 +80,6 @@ def default_program_file(lm: str) -> Path | None:
     not an embedded model."""
     if not lm.startswith(LOCAL_PREFIX):
         return None
-    from reflect_sql.lm.models import DEFAULT_MODEL
-
     name = lm[len(LOCAL_PREFIX):] or DEFAULT_MODEL
     if "/" in name or name.startswith("."):
         return None
@@ -137,18 +140,11 @@ def resolve_program(program: str | Path | None, lm: str) -> ProgramChoice:
 @lru_cache(maxsize=None)
 def roles(mode: str) -> dict[str, str]:
     """Predictor path -> signature name of the program of ``mode`` (built without a database)."""
-    from reflect_sql.db.schema import Schema
-    from reflect_sql.programs.build import build_program
-    from reflect_sql.programs.retriever import SchemaRetriever
-    from reflect_sql.settings import Settings
-
     program = build_program(Settings(), None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
     return {path: p.signature.__name__ for path, p in program.named_predictors()}
 
 
 def _file_mode(state: dict[str, Any], path: Path) -> str:
-    from reflect_sql.programs.build import MODES
-
     meta = state["metadata"].get("reflect_sql")
     recorded = meta.get("mode") if isinstance(meta, dict) else None
     if recorded in MODES:

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import re
 
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
 _FENCE = re.compile(r"```(?:[a-zA-Z]+)?\s*\n?(.*?)```", re.DOTALL)
 # DSPy's field markers, which small models sometimes write inside a field ("... [[ ## completed ## ]]").
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
@@ -68,10 +72,6 @@ def clean_sql(text: str | None) -> str:
 def reads_as_sql(text: str | None) -> bool:
     """Whether ``text`` is a SQL statement rather than prose: small models asked to rephrase a
     question sometimes answer with the SQL they were shown."""
-    import sqlglot
-    from sqlglot import exp
-    from sqlglot.errors import ParseError, TokenError
-
     text = clean_sql(text)
     if not _START.match(text):
         return False

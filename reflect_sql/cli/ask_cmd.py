@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from reflect_sql.cli.common import DB_HELP, add_json_arg, add_program_arg, add_settings_args, settings_from_args
 
@@ -79,34 +79,39 @@ def _ask(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **_switches(args))
     # An explicit kb_dir (flag, --set, config or environment) asks for the KB; the default does not.
     use_kb = "kb_dir" in settings.model_fields_set
+    from reflect_sql.experiments.assembly import assemble
 
-    import dspy
+    assembly = assemble(settings, args.program)  # the program is resolved before any model loads
+    prediction = answer_question(assembly, args.db, args.question, args.evidence, args.mode, use_kb, status)
+    return print_answer(prediction, assembly, args.json)
 
+
+def status(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def answer_question(assembly, db: str, question: str, evidence: str, mode: str, use_kb: bool,
+                    status: Callable[[str], None] = status):
+    """Answer ``question`` over ``db`` with the assembled program (``experiments.assembly``)."""
     from reflect_sql.db import open_engine
-    from reflect_sql.lm.factory import configure_lms
-    from reflect_sql.lm.adapters import make_adapter
-    from reflect_sql.programs import build_program, prediction_to_json
-    from reflect_sql.programs.shipped import apply_program, resolve_program
 
-    def status(message: str) -> None:
-        print(message, file=sys.stderr)
-
-    choice = resolve_program(args.program, settings.lm)  # before any model loads
-    generator_lm, judge_lm = configure_lms(settings)
-    dspy.configure(lm=generator_lm, adapter=make_adapter(settings))
-    with open_engine(args.db, settings) as engine:
-        retriever = open_retriever(settings, engine, args.db, use_kb, status)
+    with open_engine(db, assembly.settings) as engine:
+        retriever = open_retriever(assembly.settings, engine, db, use_kb, status)
         try:
-            program = apply_program(build_program(settings, engine, retriever, mode=args.mode,
-                                                  generator_lm=generator_lm, judge_lm=judge_lm), choice)
-            prediction = program(question=args.question, evidence=args.evidence)
+            return assembly.program(engine, retriever, mode)(question=question, evidence=evidence)
         finally:
             close = getattr(retriever, "close", None)
             if close is not None:
                 close()
+
+
+def print_answer(prediction, assembly, as_json: bool) -> int:
+    """Print the answer (``--json``: the contract) and the program; the exit status of ``ask``."""
+    from reflect_sql.programs import prediction_to_json
+
     answer = prediction_to_json(prediction)
-    status(f"program: {choice.describe()}")  # after the answer: bad input stays one line on stderr
-    if args.json:
+    status(f"program: {assembly.choice.describe()}")  # after the answer: bad input stays one line on stderr
+    if as_json:
         print(json.dumps(answer, ensure_ascii=False, indent=2))
     else:
         show(answer, prediction.retrieved)

@@ -1,14 +1,15 @@
 """``reflect-sql demo``: the paper's restaurant manager asks the SmartRestaurant database.
 
-It composes the other commands (demo-db, kb build, ask) so the demo shows exactly what a user gets
-from them: the database is generated if missing, its KB is built from the scenario's descriptions
-and glossary (not from its question set, so no gold SQL leaks into the prompts), then each question
-is answered with its trace.
+It calls what the other commands call (demo-db's database, kb build, ask's answer and its display),
+so the demo shows exactly what a user gets from them: the database is generated if missing, its KB
+is built from the scenario's descriptions and glossary (not from its question set, so no gold SQL
+leaks into the prompts), the models load once, then each question is answered with its trace.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from reflect_sql.cli.common import add_program_arg
 
@@ -35,10 +36,15 @@ def register(subparsers) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from importlib.resources import files
 
-    from reflect_sql.cli import main
+    from reflect_sql.cli.ask_cmd import answer_question, print_answer, status
+    from reflect_sql.cli.common import settings_from_args
     from reflect_sql.errors import UserError
+    from reflect_sql.experiments.assembly import assemble
     from reflect_sql.experiments.smartrestaurant.demo_db import ensure_demo_db
+    from reflect_sql.kb.build import build_kb
     from reflect_sql.kb.versions import KBDir
+    from reflect_sql.errors import require_text
+    from reflect_sql.programs.shipped import resolve_program
 
     scenario = files("reflect_sql.experiments.smartrestaurant")
     questions = {str(q["question_id"]): q for q in json.loads((scenario / "questions.json").read_text(encoding="utf-8"))}
@@ -47,29 +53,23 @@ def _demo(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"no question_id {', '.join(unknown)} in the SmartRestaurant question set")
 
-    # The program is checked once, before the database and the KB are made (each ask resolves it again).
-    from reflect_sql.cli.common import settings_from_args
-    from reflect_sql.programs.shipped import resolve_program
-
-    resolve_program(args.program, settings_from_args(args, lm=args.lm, judge_lm=args.judge_lm).lm)
+    settings = settings_from_args(args, lm=args.lm, judge_lm=args.judge_lm, kb_dir=args.kb_dir)
+    # The program is checked before the database and the KB are made; the LMs load after them.
+    choice = resolve_program(args.program, settings.lm)
     ensure_demo_db(args.db)
-    shared = [f"--set={pair}" for pair in args.set_] + (["--config", args.config] if args.config else [])
     if not KBDir(args.kb_dir).exists():
-        code = main(["kb", "build", "--db", args.db, "--kb-dir", args.kb_dir,
-                     "--descriptions", str(scenario / "descriptions"),
-                     "--glossary", str(scenario / "glossary.yaml")])
-        if code:
-            return code
-    status = 0
+        report = build_kb(args.db, args.kb_dir, settings, descriptions=str(scenario / "descriptions"),
+                          glossary=str(scenario / "glossary.yaml"))
+        for warning in report.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(report.summary())
+    assembly = assemble(settings, choice)  # one model load for every question
+    code = 0
     for qid in wanted:
         q = questions[qid]
         print(f"\n=== Q{qid}: {q['question']}")
-        argv = ["ask", "--db", args.db, "--kb-dir", args.kb_dir, "--mode", args.mode,
-                "--evidence", q.get("evidence", ""), *shared]
-        for flag, value in (("--lm", args.lm), ("--judge-lm", args.judge_lm), ("--program", args.program)):
-            if value:
-                argv += [flag, value]
-        if args.json:
-            argv.append("--json")
-        status = max(status, main([*argv, q["question"]]))
-    return status
+        evidence = q.get("evidence", "")
+        require_text(evidence, "evidence")
+        prediction = answer_question(assembly, args.db, q["question"], evidence, args.mode, True, status)
+        code = max(code, print_answer(prediction, assembly, args.json))
+    return code

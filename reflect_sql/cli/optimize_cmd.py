@@ -13,10 +13,11 @@ TUNE_HELP = """\
 Tune theta_r, theta_s, theta_e, alpha, beta and the semantic weights (w_c, w_g, w_j, w_q, on the
 simplex) with Optuna; the objective is execution accuracy on the tuning split.
 CONFIG is an experiment config, or an optimisation config with `experiment:` and a `tune:` section
-(see reflect_sql/optimize/config.py). The study lives in sqlite (default <out>/optuna.db) and is
-resumable: --trials is the number of completed trials wanted, and rerunning the same command
-finishes an interrupted study (an interrupted trial is retried with its parameters and resumes
-its per-question results). Writes best_settings.yaml (a settings file), best_config.yaml (an
+(see reflect_sql/optimize/config.py). The study lives in sqlite (default <out>/optuna.db, one
+process at a time) or, with --storage postgresql://..., in a server database that several tune
+processes (workers, on any machines) share. It is resumable: --trials is the number of completed
+trials wanted, and rerunning the same command finishes an interrupted study (an interrupted
+trial, or a dead worker's, is retried with its parameters and resumes its per-question results). Writes best_settings.yaml (a settings file), best_config.yaml (an
 experiment config for `reflect-sql eval`), optimization_history.png, param_importances.png and,
 with --multi-objective (EX vs LM calls per question, NSGA-II), pareto.json and pareto_front.png.
 """
@@ -50,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, metavar="N", help="completed trials wanted in the study (default: config, 20)")
     p.add_argument("--study", metavar="NAME", help="study name (default: config, <experiment>-tune)")
     add_out_arg(p, "output directory (default: config, runs/tune/<study>)")
-    p.add_argument("--storage", metavar="URL", help="Optuna storage (default: sqlite:///<out>/optuna.db)")
+    p.add_argument("--storage", metavar="URL", help="Optuna storage: sqlite:///FILE (one process) or postgresql://USER@HOST/DB (shared by workers; "
+                        "default: sqlite:///<out>/optuna.db)")
     p.add_argument("--seed", type=int, help="sampler seed (default: config, 0)")
     p.add_argument("--multi-objective", action="store_true", default=None,
                    help="maximise EX and minimise LM calls per question (NSGA-II, Pareto front)")

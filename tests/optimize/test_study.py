@@ -10,7 +10,8 @@ from reflect_sql.experiments.config import load_config
 from reflect_sql.experiments.runner import run_eval
 from reflect_sql.optimize.config import load_optimize_config
 from reflect_sql.optimize.search_space import settings_from_params
-from reflect_sql.optimize.study import open_study, requeue_interrupted, run_study
+from reflect_sql.optimize.config import TuneOptions
+from reflect_sql.optimize.study import open_storage, open_study, run_study
 from reflect_sql.settings import SEMANTIC_WEIGHT_KEYS, load_settings
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -79,18 +80,29 @@ def test_study_resumes_after_interruption(tmp_path, make_config, scripted_factor
     assert again.completed == 5 and len(scripted_factory.lm.calls) == calls_now
 
 
-def test_a_killed_process_leaves_a_running_trial_that_is_requeued(tmp_path):
-    storage = f"sqlite:///{tmp_path / 'o.db'}"
-    study = open_study("s", storage, multi_objective=False, seed=0)
+def test_a_trial_whose_heartbeat_stops_is_retried_once_with_its_parameters(tmp_path):
+    """Optuna's heartbeat and retry callback, as ``open_storage`` configures them: a RUNNING trial
+    silent for longer than the grace period is failed and queued again, once."""
+    import time
+
+    from optuna.storages import fail_stale_trials
+
+    storage, _ = open_storage(f"sqlite:///{tmp_path / 'o.db'}", TuneOptions(heartbeat_s=1, grace_s=2))
+    study, created = open_study("s", storage, multi_objective=False, seed=0)
+    assert created and not open_study("s", storage, multi_objective=False, seed=0)[1]
     trial = study.ask()
     params = {"x": trial.suggest_float("x", 0, 1)}
-    # No tell(): as after SIGKILL, the trial stays RUNNING in the storage.
-    study = open_study("s", storage, multi_objective=False, seed=0)
-    assert requeue_interrupted(study) == 1
+    storage.record_heartbeat(trial._trial_id)  # then the worker dies: no more heartbeats
+    fail_stale_trials(study)
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING]  # within the grace period
+    time.sleep(3.2)
+    fail_stale_trials(study)
     trials = study.get_trials()
     assert trials[0].state == optuna.trial.TrialState.FAIL
-    assert trials[1].state == optuna.trial.TrialState.WAITING and trials[1].system_attrs["fixed_params"] == params
-    assert requeue_interrupted(study) == 0  # already queued: not twice
+    assert trials[1].state == optuna.trial.TrialState.WAITING and trials[1].params == params
+    assert trials[1].system_attrs["failed_trial"] == 0
+    fail_stale_trials(study)
+    assert len(study.get_trials()) == 2  # retried once, not twice
 
 
 def test_best_config_round_trips_into_eval_and_weights_stay_on_the_simplex(tmp_path, make_config, scripted_factory):
@@ -250,15 +262,16 @@ def test_a_second_process_on_the_same_study_is_refused_and_loses_nothing(tmp_pat
     import subprocess
     import sys
 
-    from reflect_sql.optimize.study import study_lock_path
+    from reflect_sql.optimize.study_lock import study_lock_path
 
     oc = make_config(limit=1)
     out = tmp_path / "t"
     first = run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=1, out=out)
     storage = first.storage
-    lock = study_lock_path(storage, first.study_name, out)
+    lock = study_lock_path(storage, first.study_name)
     assert lock.parent == out  # beside optuna.db, whatever --out a second process names
-    assert study_lock_path(storage + "?timeout=30", first.study_name, tmp_path / "x") == lock
+    assert study_lock_path(storage + "?timeout=30", first.study_name) == lock
+    assert study_lock_path("postgresql://u@h/db", first.study_name) is None  # a server study takes workers
 
     # Another process holds the study (a running `reflect-sql tune`).
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -285,3 +298,21 @@ def test_a_second_process_on_the_same_study_is_refused_and_loses_nothing(tmp_pat
     assert again.completed == 2
     with open(lock) as handle:  # released, not left held
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_retrieval_weights_are_searched_only_when_the_study_asks(tmp_path, make_config, scripted_factory):
+    from dataclasses import replace
+
+    from reflect_sql.settings import RETRIEVAL_WEIGHT_KEYS
+
+    oc = make_config()
+    plain = run_study(oc.experiment, oc.tune, factory_for=scripted_factory, trials=2, out=tmp_path / "plain")
+    asked = run_study(oc.experiment, replace(oc.tune, retrieval_weights=True), factory_for=scripted_factory,
+                      trials=2, out=tmp_path / "asked")
+    assert plain.completed == asked.completed == 2
+    def last_params(out):
+        url = f"sqlite:///{out / 'optuna.db'}"
+        return optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url).trials[-1].params
+
+    searched, untouched = last_params(tmp_path / "asked"), last_params(tmp_path / "plain")
+    assert set(RETRIEVAL_WEIGHT_KEYS) <= set(searched) and not set(RETRIEVAL_WEIGHT_KEYS) & set(untouched)
