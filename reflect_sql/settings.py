@@ -132,6 +132,10 @@ class Settings(BaseModel):
     max_rows: int = Field(1000, ge=1)
     sample_values_per_column: int = Field(5, ge=0)
     pg_max_plan_cost: float = Field(1e8, gt=0, description="PostgreSQL EXPLAIN cost above which a query is refused.")
+    pg_allow_superuser: bool = Field(False, description="Query PostgreSQL as a superuser, or as a role that may read, "
+                                     "write or run server files (--allow-superuser). Such a role reads server files "
+                                     "even inside a READ ONLY transaction (pg_read_file, lo_import), and only the SQL "
+                                     "gate would stop it; refused by default, warned about on every run when allowed.")
     max_value_bytes: int = Field(64 * 2**20, ge=2**20, le=10**9, description="Largest string or blob one SQLite value may "
                                  "grow to: a query that builds a bigger one (randomblob(1e9)) fails instead of taking the memory.")
     sqlite_busy_timeout_s: float = Field(5.0, ge=0, description="How long a SQLite read waits for another process's write lock.")

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -109,8 +109,45 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def bird_pg(pg_url: str, benchmarks_dir: Path):
-    """The BIRD dev databases copied into PostgreSQL once per session: ``{db_id: engine URL}``.
+def pg_reader(pg_url: str) -> Iterator[Callable[[str], str]]:
+    """A real least-privilege login role, made by running the SQL `reflect-sql db grant-readonly`
+    prints (pg_read_all_data, default_transaction_read_only) as ``pg_url``, the superuser. Yields
+    ``as_reader(url)``: the same server, database and ``?schema=`` as that role. Engines refuse a
+    superuser, so tests load their data as ``pg_url`` and query it as the reader."""
+    import secrets
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg import sql
+
+    from reflect_sql.db.privileges import read_only_role_sql
+
+    role, password = f"reflect_reader_{os.getpid()}", secrets.token_hex(12)
+
+    def drop(admin) -> None:
+        if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        drop(admin)  # left by an earlier session of the same process id
+        admin.execute(read_only_role_sql(pg_url, role))
+        admin.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+
+    def as_reader(url: str) -> str:
+        parts = urlsplit(url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit(parts._replace(netloc=f"{quote(role)}:{quote(password)}@{host}"))
+
+    yield as_reader
+    with contextlib.suppress(Exception), psycopg.connect(pg_url, autocommit=True) as admin:
+        drop(admin)
+
+
+@pytest.fixture(scope="session")
+def bird_pg(pg_url: str, pg_reader, benchmarks_dir: Path):
+    """The BIRD dev databases copied into PostgreSQL once per session: ``{db_id: engine URL}``, URLs
+    of the read-only role ``pg_reader`` (the data is written as ``pg_url``).
 
     Schema names carry the process id, so parallel test sessions on one server never drop each
     other's data; they are dropped at the end.
@@ -124,7 +161,7 @@ def bird_pg(pg_url: str, benchmarks_dir: Path):
     for db_id in BIRD_DBS:
         schema = f"test_{os.getpid()}_{db_id}"
         copy_sqlite_to_postgres(benchmarks_dir / "bird" / "dev_databases" / db_id / f"{db_id}.sqlite", pg_url, schema)
-        urls[db_id] = schema_url(pg_url, schema)
+        urls[db_id] = pg_reader(schema_url(pg_url, schema))
     yield urls
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for db_id in BIRD_DBS:

@@ -23,6 +23,10 @@ def add_settings_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", dest="set_", action="append", default=[], metavar="KEY=VALUE", help="override one setting"
     )
+    # The pg_allow_superuser setting, as a flag: settings_from_args sets it.
+    parser.add_argument("--allow-superuser", action="store_true",
+                        help="query PostgreSQL even as a superuser or a role that reaches server files "
+                             "(refused by default; warned about on every run)")
 
 
 def settings_from_args(args: argparse.Namespace, **flag_overrides: Any) -> Settings:
@@ -31,5 +35,7 @@ def settings_from_args(args: argparse.Namespace, **flag_overrides: Any) -> Setti
     from reflect_sql.settings import load_settings, parse_assignments
 
     overrides = parse_assignments(getattr(args, "set_", None))
+    if getattr(args, "allow_superuser", False):
+        overrides["pg_allow_superuser"] = True
     overrides.update({k: v for k, v in flag_overrides.items() if v is not None})
     return load_settings(getattr(args, "config", None), overrides)
