@@ -201,6 +201,37 @@ def sigkill_after():
     return _sigkill_after
 
 
+def _signal_when(command: list[str], ready: Callable[[], bool], signum: int, timeout_s: float = 120,
+                 cwd: Path | None = None) -> tuple[int, float, str]:
+    """Start ``command``, send it ``signum`` once ``ready()`` holds; returns its exit code, the seconds
+    it took to exit after the signal, and its stderr. Fails if it ends before the signal."""
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: nothing blocks on a full pipe
+        proc = subprocess.Popen(command, stderr=err, text=True, cwd=cwd)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not ready():
+                if proc.poll() is not None:
+                    err.seek(0)
+                    raise AssertionError(f"it ended before the signal: {err.read()[-2000:]}")
+                assert time.monotonic() < deadline, "it never got ready for the signal"
+                time.sleep(0.02)
+            sent = time.monotonic()
+            os.kill(proc.pid, signum)
+            code = proc.wait(timeout=60)
+            seconds = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        return code, seconds, err.read()
+
+
+@pytest.fixture
+def signal_when():
+    return _signal_when
+
+
 @pytest.fixture(autouse=True)
 def no_shipped_programs(tmp_path_factory, monkeypatch):
     """Runs on the embedded models' names load the programs shipped in programs/compiled/ by
