@@ -97,6 +97,15 @@ class Settings(BaseModel):
     # --- Language models ---
     lm: str = Field("local/qwen2.5-coder-1.5b", min_length=1, description="Generator LM (LiteLLM string or local/...).")
     judge_lm: str | None = Field(None, description="Judge LM; defaults to the generator's model.")
+    # Model servers (vLLM, Ollama, llama.cpp's server, `reflect-sql models serve`): any OpenAI-compatible
+    # one through LiteLLM, e.g. lm: openai/qwen2.5-coder-1.5b, lm_api_base: http://127.0.0.1:8080/v1.
+    lm_api_base: str | None = Field(None, description="Base URL of the generator LM's server (LiteLLM api_base).")
+    lm_api_key_env: str | None = Field(None, description="Environment variable holding the generator server's API "
+                                       "key (the key itself never goes into a settings file).")
+    judge_lm_api_base: str | None = Field(None, description="Base URL of the judge LM's server; defaults to "
+                                          "lm_api_base when the judge runs the generator's model.")
+    judge_lm_api_key_env: str | None = Field(None, description="Environment variable holding the judge server's API "
+                                             "key; defaults to lm_api_key_env when the judge runs the generator's model.")
     lm_temperature: float = Field(0.0, ge=0.0, le=2.0)
     lm_max_tokens: int = Field(512, ge=16, description="Completion budget of any call without a role budget below.")
     # Completion budgets per role: a small model that loops (one rationale repeated four times) stops
@@ -164,6 +173,15 @@ class Settings(BaseModel):
     @property
     def effective_judge_lm(self) -> str:
         return self.judge_lm or self.lm
+
+    def api_of(self, role: str) -> tuple[str | None, str | None]:
+        """(api_base, api_key_env) of the generator or the judge: a judge on the generator's model
+        uses the generator's server unless it names its own."""
+        if role == "generator":
+            return self.lm_api_base, self.lm_api_key_env
+        shared = self.judge_lm is None or self.judge_lm == self.lm
+        return (self.judge_lm_api_base or (self.lm_api_base if shared else None),
+                self.judge_lm_api_key_env or (self.lm_api_key_env if shared else None))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
