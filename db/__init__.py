@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 _MODULE_OF = {
-    "ConnectionFailed": "base", "Engine": "base", "EngineError": "base", "QueryRefused": "base",
+    "ConnectionFailed": "base", "Engine": "base", "EngineError": "base", "PrivilegedRole": "base", "QueryRefused": "base",
     "QueryResult": "base", "QueryTimeout": "base", "SQLExecutionError": "base", "SQLSyntaxError": "base",
     "is_postgres_url": "connect", "open_engine": "connect",
     "guard_sql": "guard",

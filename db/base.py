@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reflect_sql.db.schema import Schema
+from reflect_sql.errors import UserError
 
 
 class EngineError(Exception):
@@ -46,6 +47,13 @@ class ConnectionFailed(EngineError):
     """The database is missing or unreachable."""
 
     kind = "connection"
+
+
+class PrivilegedRole(ConnectionFailed, UserError):
+    """The connection's role may reach past the database (a PostgreSQL superuser reads server files
+    inside a READ ONLY transaction). A UserError: every question would meet it, so it ends a run."""
+
+    kind = "privileged"
 
 
 @dataclass

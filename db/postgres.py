@@ -7,7 +7,8 @@ client-side cancel as a backstop; and an ``EXPLAIN`` cost cap that refuses Carte
 before they run.
 
 A READ ONLY transaction still lets a superuser call file-reading functions (``pg_read_file``,
-``lo_import``): the gate denies those, and a role without superuser rights is the sound deployment.
+``lo_import``): the gate denies those, and the engine refuses such a role unless told otherwise
+(``privileges.py``), so a role without superuser rights is the deployment.
 
 The schema is ``public`` unless the URL says otherwise: a ``schema=NAME`` query parameter (taken off
 the URL before connecting) or libpq's own ``options=-csearch_path%3DNAME``.
@@ -36,6 +37,7 @@ from reflect_sql.db.base import (
     SQLSyntaxError,
 )
 from reflect_sql.db.guard import guard_sql
+from reflect_sql.db.privileges import check_role
 from reflect_sql.db.schema import Column, ForeignKey, Schema, Table
 from reflect_sql.settings import Settings
 
@@ -113,7 +115,8 @@ class PostgresEngine(Engine):
         self._local = threading.local()
         self._opened: list[psycopg.Connection] = []
         self._opened_lock = threading.Lock()
-        self._connection()  # fail now on a bad URL, server or schema
+        self._role_checked = False
+        self._connection()  # fail now on a bad URL, server, schema or privileged role
 
     # --- connections -------------------------------------------------------------------------
 
@@ -136,6 +139,13 @@ class PostgresEngine(Engine):
         if current is None:
             conn.close()
             raise ConnectionFailed(f"schema {self.schema!r} does not exist in {self._shown_url}")
+        if not self._role_checked:  # one role per URL: its first connection speaks for the others
+            try:
+                check_role(conn, self._shown_url, self.settings.pg_allow_superuser)
+            except BaseException:
+                conn.close()
+                raise
+            self._role_checked = True
         self._local.conn = conn
         self._local.schema = current
         with self._opened_lock:

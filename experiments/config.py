@@ -43,7 +43,10 @@ _KB_KEYS = {"enabled", "cache"}
 # Settings that change where things are kept or how calls are made, not what any question is asked
 # or answered: a run recorded with a cassette may resume replaying it.
 _NOT_IN_FINGERPRINT = {"lm_record_dir", "lm_replay_dir", "lm_cache", "cache_dir", "model_dir", "kb_dir", "mlflow_uri",
-                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s"}
+                       "lm_threads", "lm_timeout_s", "lm_retries", "sqlite_busy_timeout_s",
+                       # Where and as whom to connect, not what is answered.
+                       "pg_allow_superuser", "lm_api_base", "lm_api_key_env", "judge_lm_api_base",
+                       "judge_lm_api_key_env"}
 # Settings added after runs were first fingerprinted: left out while at their default, so that a run
 # started before they existed still resumes, and in once changed, so that it then does not.
 _IN_FINGERPRINT_WHEN_CHANGED = {"max_value_bytes", *RETRIEVAL_WEIGHT_KEYS}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -44,6 +45,7 @@ from reflect_sql.experiments.metrics import (
 from reflect_sql.experiments.predictions import write_bird_predictions
 from reflect_sql.experiments.report import write_run_reports
 from reflect_sql.experiments.results_log import ResultsLog
+from reflect_sql.experiments.shutdown import finish_in_flight, raise_if_requested, stop_at_next_lm_call
 from reflect_sql.files import atomic_file
 from reflect_sql.lm.accounting import CostMeter
 from reflect_sql.programs.shipped import ProgramChoice, resolve_program
@@ -52,6 +54,7 @@ from reflect_sql.settings import SettingsError
 
 ProgramFactory = Callable[[Question], Callable[..., Any]]
 RESULTS = "results.jsonl"
+_POLL_S = 0.2  # how often the main thread looks for a request to stop while questions run
 
 
 def _field(pred: Any, name: str, default: Any = None) -> Any:
@@ -323,6 +326,8 @@ def _evaluate(config: EvalConfig, questions: list[Question], out: Path, meta: di
         earlier = sum(float(s.get("seconds") or 0.0) for s in meta["sessions"] if s is not session)
         bar = _Progress(len(questions), done, progress, config.name)
 
+        stop = threading.Event()  # set when the run is stopped: questions in flight end at their next LM call
+
         def work(q: Question) -> tuple[dict[str, Any], list]:
             traced: dict[str, Any] = {}
 
@@ -333,8 +338,9 @@ def _evaluate(config: EvalConfig, questions: list[Question], out: Path, meta: di
                     return factory(q)(**inputs)
                 return tracker.call(q, lambda: factory(q)(**inputs), traced)
 
-            record, steps = evaluate_question(config.dataset.format, q, program, config.score_timeout_s,
-                                              config.settings.max_value_bytes)
+            with stop_at_next_lm_call(stop):
+                record, steps = evaluate_question(config.dataset.format, q, program, config.score_timeout_s,
+                                                  config.settings.max_value_bytes)
             if traced.get("trace_id"):
                 record["mlflow_trace_id"] = traced["trace_id"]
             return record, steps
@@ -348,23 +354,33 @@ def _evaluate(config: EvalConfig, questions: list[Question], out: Path, meta: di
                 pending[pool.submit(work, q)] = q
                 if len(pending) >= config.threads * 2:
                     break
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    q = pending.pop(future)
-                    record, steps = future.result()
-                    _write_json(out / "traces" / f"{q.key}.json", steps)
-                    log.append(record)
-                    session["evaluated"] += 1
-                    # Kept current, so that a killed session still counts in the run's wall time.
-                    session["seconds"] = round(time.perf_counter() - started, 3)
-                    _write_json(out / "run.json", meta)
-                    bar.update(record)
-                    if tracker is not None:
-                        tracker.question(record, earlier + session["seconds"])
-                    nxt = next(queue, None)
-                    if nxt is not None:
-                        pending[pool.submit(work, nxt)] = nxt
+
+            def keep(q: Question, record: dict[str, Any], steps: list) -> None:
+                _write_json(out / "traces" / f"{q.key}.json", steps)
+                log.append(record)
+                session["evaluated"] += 1
+                # Kept current, so that a killed session still counts in the run's wall time.
+                session["seconds"] = round(time.perf_counter() - started, 3)
+                _write_json(out / "run.json", meta)
+                bar.update(record)
+                if tracker is not None:
+                    tracker.question(record, earlier + session["seconds"])
+
+            try:
+                while pending:
+                    raise_if_requested()  # a SIGTERM or Ctrl-C under experiments.shutdown
+                    finished, _ = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        q = pending.pop(future)
+                        keep(q, *future.result())
+                        nxt = next(queue, None)
+                        if nxt is not None:
+                            pending[pool.submit(work, nxt)] = nxt
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM (experiments.shutdown)
+                stop.set()
+                for future, q in finish_in_flight(pending, config.settings.lm_timeout_s):
+                    keep(q, *future.result())
+                raise
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             bar.close()

@@ -2,9 +2,13 @@
 
 ``local/<name>`` selects the embedded model (``local_engine``); any other string goes to LiteLLM as
 given (``anthropic/...``, ``openai/...``, ``ollama_chat/...``, ``hosted_vllm/...``), with API keys
-from the environment. Building an LM touches neither the network nor the model weights.
+from the environment. ``lm_api_base`` / ``judge_lm_api_base`` point a role at a model server (any
+OpenAI-compatible one: ``openai/<served name>``), and ``*_api_key_env`` name the variable holding its
+key. Building an LM touches neither the network nor the model weights.
 """
 from __future__ import annotations
+
+import os
 
 import dspy
 from dspy.utils.exceptions import LMError
@@ -38,13 +42,26 @@ def make_lm(model_name: str, settings, role: str = "generator", *, cassette: Cas
         cache=settings.lm_cache,
     )
     local = local_model_name(model_name)
+    api_base, key_env = settings.api_of(role)
     if local is not None:
+        if api_base:
+            raise UserError(f"{model_name} runs in this process, so it takes no {role} api_base ({api_base}); "
+                            f"for a served model name it as LiteLLM does, e.g. openai/{local}")
         engine = LocalEngine.from_settings(local, settings)
         # Retrying an in-process model repeats the same deterministic work; failures surface at once.
         return ReflectLM(f"{LOCAL_PREFIX}{local}", engine=engine, async_engine=AsyncLocalEngine(engine),
                          num_retries=0, **common)
+    server: dict = {}
+    if api_base:
+        server["api_base"] = api_base
+        # An OpenAI-compatible server without keys (llama.cpp, vLLM) still needs some key for the client.
+        server["api_key"] = "none"
+    if key_env:
+        if not os.environ.get(key_env):
+            raise UserError(f"the {role} LM's API key variable {key_env} is not set in the environment")
+        server["api_key"] = os.environ[key_env]
     try:
-        return ReflectLM(model_name, timeout=settings.lm_timeout_s, num_retries=settings.lm_retries, **common)
+        return ReflectLM(model_name, timeout=settings.lm_timeout_s, num_retries=settings.lm_retries, **common, **server)
     except (ValueError, TypeError, LMError) as exc:
         raise UserError(f"cannot use LM {model_name!r} as {role}: {exc}") from None
 

@@ -57,6 +57,43 @@ _servers_lock = threading.Lock()
 load_count = 0  # how many servers this process has started; tests assert replay loads none
 
 
+def server_params(path: Path, n_ctx: int, threads: int, parallel: int = 1):
+    """llama.cpp's server parameters, the same in this process and behind ``serve``'s HTTP port, so
+    that both answer alike."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    # Each slot gets the whole context: the server splits n_ctx between its slots.
+    params.n_ctx = n_ctx * parallel
+    params.n_parallel = parallel
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.verbosity = -1
+    # Prefix reuse only (cache_prompt). n_cache_reuse (KV shifting of non-prefix chunks) stays
+    # off: shifted KV entries change numerics, so outputs would depend on what ran before.
+    params.cache_prompt = True
+    params.n_cache_reuse = 0
+    # llama.cpp keeps evicted prompt states in RAM and restores the best prefix match; this
+    # is what makes alternating generator/judge prompts cheap. Bounded to stay a good neighbour.
+    params.cache_ram_mib = 1024
+    return params
+
+
+def serve(model: str, model_dir: str | os.PathLike, *, port: int, n_ctx: int = 4096, threads: int = 2,
+          parallel: int = 1, host: str = "127.0.0.1"):
+    """The embedded model behind llama.cpp's own HTTP server (OpenAI-compatible, ``/v1``) on
+    ``host:port``, listening until the returned server is gone. ``parallel`` > 1 decodes that many
+    requests together: faster for concurrent callers, but a batch's numerics differ from one request's."""
+    import xllamacpp
+
+    params = server_params(ensure_model(model, model_dir), n_ctx, threads, parallel)
+    params.hostnames = [host]
+    params.port = port
+    params.model_alias = {model}
+    return xllamacpp.Server(params)
+
+
 def _server(path: Path, n_ctx: int, threads: int) -> _Loaded:
     global load_count
     key = (str(path), n_ctx, threads)
@@ -65,22 +102,7 @@ def _server(path: Path, n_ctx: int, threads: int) -> _Loaded:
         if loaded is None:
             import xllamacpp  # llama.cpp's native library: loaded when a model is, not by every importer of lm
 
-            params = xllamacpp.CommonParams()
-            params.model.path = str(path)
-            params.n_ctx = n_ctx
-            # One slot gets the whole context; with several, n_ctx would be split between them.
-            params.n_parallel = 1
-            params.cpuparams.n_threads = threads
-            params.cpuparams_batch.n_threads = threads
-            params.verbosity = -1
-            # Prefix reuse only (cache_prompt). n_cache_reuse (KV shifting of non-prefix chunks) stays
-            # off: shifted KV entries change numerics, so outputs would depend on what ran before.
-            params.cache_prompt = True
-            params.n_cache_reuse = 0
-            # llama.cpp keeps evicted prompt states in RAM and restores the best prefix match; this
-            # is what makes alternating generator/judge prompts cheap. Bounded to stay a good neighbour.
-            params.cache_ram_mib = 1024
-            loaded = _Loaded(xllamacpp.Server(params), threading.Lock())
+            loaded = _Loaded(xllamacpp.Server(server_params(path, n_ctx, threads)), threading.Lock())
             _servers[key] = loaded
             load_count += 1
         return loaded

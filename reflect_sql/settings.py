@@ -133,6 +133,15 @@ class Settings(BaseModel):
     # --- Language models ---
     lm: str = Field("local/qwen2.5-coder-1.5b", min_length=1, description="Generator LM (LiteLLM string or local/...).")
     judge_lm: str | None = Field(None, description="Judge LM; defaults to the generator's model.")
+    # Model servers (vLLM, Ollama, llama.cpp's server, `reflect-sql models serve`): any OpenAI-compatible
+    # one through LiteLLM, e.g. lm: openai/qwen2.5-coder-1.5b, lm_api_base: http://127.0.0.1:8080/v1.
+    lm_api_base: str | None = Field(None, description="Base URL of the generator LM's server (LiteLLM api_base).")
+    lm_api_key_env: str | None = Field(None, description="Environment variable holding the generator server's API "
+                                       "key (the key itself never goes into a settings file).")
+    judge_lm_api_base: str | None = Field(None, description="Base URL of the judge LM's server; defaults to "
+                                          "lm_api_base when the judge runs the generator's model.")
+    judge_lm_api_key_env: str | None = Field(None, description="Environment variable holding the judge server's API "
+                                             "key; defaults to lm_api_key_env when the judge runs the generator's model.")
     lm_temperature: float = Field(0.0, ge=0.0, le=2.0)
     lm_max_tokens: int = Field(512, ge=16, description="Completion budget of any call without a role budget below.")
     # Completion budgets per role: a small model that loops (one rationale repeated four times) stops
@@ -171,6 +180,10 @@ class Settings(BaseModel):
         20_000, ge=1, description="Distinct values of one column read into the KB's value index; a column at the cap "
         "may hold values the index lacks, and the KB build names it.")
     pg_max_plan_cost: float = Field(1e8, gt=0, description="PostgreSQL EXPLAIN cost above which a query is refused.")
+    pg_allow_superuser: bool = Field(False, description="Query PostgreSQL as a superuser, or as a role that may read, "
+                                     "write or run server files (--allow-superuser). Such a role reads server files "
+                                     "even inside a READ ONLY transaction (pg_read_file, lo_import), and only the SQL "
+                                     "gate would stop it; refused by default, warned about on every run when allowed.")
     max_value_bytes: int = Field(64 * 2**20, ge=2**20, le=10**9, description="Largest string or blob one SQLite value may "
                                  "grow to: a query that builds a bigger one (randomblob(1e9)) fails instead of taking the memory.")
     sqlite_busy_timeout_s: float = Field(5.0, ge=0, description="How long a SQLite read waits for another process's write lock.")
@@ -204,6 +217,15 @@ class Settings(BaseModel):
     @property
     def effective_judge_lm(self) -> str:
         return self.judge_lm or self.lm
+
+    def api_of(self, role: str) -> tuple[str | None, str | None]:
+        """(api_base, api_key_env) of the generator or the judge: a judge on the generator's model
+        uses the generator's server unless it names its own."""
+        if role == "generator":
+            return self.lm_api_base, self.lm_api_key_env
+        shared = self.judge_lm is None or self.judge_lm == self.lm
+        return (self.judge_lm_api_base or (self.lm_api_base if shared else None),
+                self.judge_lm_api_key_env or (self.lm_api_key_env if shared else None))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -109,8 +109,45 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def bird_pg(pg_url: str, benchmarks_dir: Path):
-    """The BIRD dev databases copied into PostgreSQL once per session: ``{db_id: engine URL}``.
+def pg_reader(pg_url: str) -> Iterator[Callable[[str], str]]:
+    """A real least-privilege login role, made by running the SQL `reflect-sql db grant-readonly`
+    prints (pg_read_all_data, default_transaction_read_only) as ``pg_url``, the superuser. Yields
+    ``as_reader(url)``: the same server, database and ``?schema=`` as that role. Engines refuse a
+    superuser, so tests load their data as ``pg_url`` and query it as the reader."""
+    import secrets
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg import sql
+
+    from reflect_sql.db.privileges import read_only_role_sql
+
+    role, password = f"reflect_reader_{os.getpid()}", secrets.token_hex(12)
+
+    def drop(admin) -> None:
+        if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        drop(admin)  # left by an earlier session of the same process id
+        admin.execute(read_only_role_sql(pg_url, role))
+        admin.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+
+    def as_reader(url: str) -> str:
+        parts = urlsplit(url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit(parts._replace(netloc=f"{quote(role)}:{quote(password)}@{host}"))
+
+    yield as_reader
+    with contextlib.suppress(Exception), psycopg.connect(pg_url, autocommit=True) as admin:
+        drop(admin)
+
+
+@pytest.fixture(scope="session")
+def bird_pg(pg_url: str, pg_reader, benchmarks_dir: Path):
+    """The BIRD dev databases copied into PostgreSQL once per session: ``{db_id: engine URL}``, URLs
+    of the read-only role ``pg_reader`` (the data is written as ``pg_url``).
 
     Schema names carry the process id, so parallel test sessions on one server never drop each
     other's data; they are dropped at the end.
@@ -124,7 +161,7 @@ def bird_pg(pg_url: str, benchmarks_dir: Path):
     for db_id in BIRD_DBS:
         schema = f"test_{os.getpid()}_{db_id}"
         copy_sqlite_to_postgres(benchmarks_dir / "bird" / "dev_databases" / db_id / f"{db_id}.sqlite", pg_url, schema)
-        urls[db_id] = schema_url(pg_url, schema)
+        urls[db_id] = pg_reader(schema_url(pg_url, schema))
     yield urls
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for db_id in BIRD_DBS:
@@ -162,6 +199,37 @@ def _sigkill_after(command: list[str], results: Path, answers: int, extra_s: flo
 @pytest.fixture
 def sigkill_after():
     return _sigkill_after
+
+
+def _signal_when(command: list[str], ready: Callable[[], bool], signum: int, timeout_s: float = 120,
+                 cwd: Path | None = None) -> tuple[int, float, str]:
+    """Start ``command``, send it ``signum`` once ``ready()`` holds; returns its exit code, the seconds
+    it took to exit after the signal, and its stderr. Fails if it ends before the signal."""
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: nothing blocks on a full pipe
+        proc = subprocess.Popen(command, stderr=err, text=True, cwd=cwd)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not ready():
+                if proc.poll() is not None:
+                    err.seek(0)
+                    raise AssertionError(f"it ended before the signal: {err.read()[-2000:]}")
+                assert time.monotonic() < deadline, "it never got ready for the signal"
+                time.sleep(0.02)
+            sent = time.monotonic()
+            os.kill(proc.pid, signum)
+            code = proc.wait(timeout=60)
+            seconds = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        return code, seconds, err.read()
+
+
+@pytest.fixture
+def signal_when():
+    return _signal_when
 
 
 @pytest.fixture(autouse=True)

@@ -70,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
+    except KeyboardInterrupt as exc:
+        # 130 on Ctrl-C, 143 on SIGTERM (experiments.shutdown turns it into a KeyboardInterrupt).
+        from reflect_sql.experiments.shutdown import exit_code
+
+        return fail(f"stopped ({exc})" if str(exc) else "interrupted", exit_code(exc))
     except BrokenPipeError:
         return 0
     except Exception as exc:

@@ -66,6 +66,10 @@ def add_set_arg(parser: argparse.ArgumentParser, help: str = SET_HELP) -> None:
 def add_settings_args(parser: argparse.ArgumentParser) -> None:
     add_config_arg(parser)
     add_set_arg(parser)
+    # The pg_allow_superuser setting, as a flag: settings_from_args sets it.
+    parser.add_argument("--allow-superuser", action="store_true",
+                        help="query PostgreSQL even as a superuser or a role that reaches server files "
+                             "(refused by default; warned about on every run)")
 
 
 def add_json_arg(parser: argparse.ArgumentParser, help: str = "print the result as JSON") -> None:
@@ -91,5 +95,7 @@ def settings_from_args(args: argparse.Namespace, **flag_overrides: Any) -> Setti
     from reflect_sql.settings import load_settings, parse_assignments
 
     overrides = parse_assignments(getattr(args, "set_", None))
+    if getattr(args, "allow_superuser", False):
+        overrides["pg_allow_superuser"] = True
     overrides.update({k: v for k, v in flag_overrides.items() if v is not None})
     return load_settings(getattr(args, "config", None), overrides)

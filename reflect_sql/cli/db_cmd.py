@@ -1,4 +1,5 @@
-"""``reflect-sql db schema`` and ``reflect-sql db sql``: look at a database through the read-only engines."""
+"""``reflect-sql db schema`` and ``reflect-sql db sql``: look at a database through the read-only engines;
+``reflect-sql db grant-readonly``: the SQL of a PostgreSQL role they accept."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--max-rows", type=int, metavar="N", help="rows returned at most")
     add_settings_args(run)
     run.set_defaults(func=cmd_sql)
+
+    grant = sub.add_parser("grant-readonly", help="print the SQL of a read-only PostgreSQL role (does not run it)",
+                           description="Print the SQL that creates a login role reflect-sql will query as: not a "
+                                       "superuser, READ ONLY by default (default_transaction_read_only), reading "
+                                       "every table (pg_read_all_data, PostgreSQL 14+) or, when the URL has "
+                                       "?schema=NAME, that schema's tables only. Nothing is run: pipe it to psql "
+                                       "as an administrator.")
+    grant.add_argument("--db", required=True, metavar="URL", help="postgresql://host:port/dbname[?schema=NAME]")
+    grant.add_argument("--role", required=True, metavar="NAME", help="the role to create")
+    grant.set_defaults(func=cmd_grant_readonly)
 
 
 def _dumps(data) -> str:
@@ -89,4 +100,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
     console.print(shown)
     note = f" (truncated at --max-rows {len(result.rows)})" if result.truncated else ""
     notice(f"{len(result.rows)} row(s){note} in {result.elapsed_s:.3f} s")
+    return 0
+
+
+def cmd_grant_readonly(args: argparse.Namespace) -> int:
+    from reflect_sql.db.connect import is_postgres_url
+    from reflect_sql.errors import UserError
+
+    if not is_postgres_url(args.db):
+        raise UserError("grant-readonly writes PostgreSQL roles: --db must be a postgresql:// URL")
+    from reflect_sql.db.privileges import read_only_role_sql
+
+    print(read_only_role_sql(args.db, args.role), end="")
     return 0

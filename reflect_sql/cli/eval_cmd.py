@@ -122,6 +122,13 @@ def _print_summary(summary: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from reflect_sql.experiments.shutdown import stop_on_signals
+
+    with stop_on_signals():
+        return _eval(args)
+
+
+def _eval(args: argparse.Namespace) -> int:
     from reflect_sql.experiments.config import load_config
     from reflect_sql.experiments.runner import run_eval
 
@@ -147,10 +154,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     from reflect_sql.experiments.ablation import run_ablation
+    from reflect_sql.experiments.shutdown import stop_on_signals
 
     out = args.out or _default_out("ablation")
-    result = run_ablation(args.config, out, sets=args.set_, limit=args.limit, mlflow=not args.no_mlflow,
-                          progress=not args.no_progress, program=args.program)
+    with stop_on_signals():
+        result = run_ablation(args.config, out, sets=args.set_, limit=args.limit, mlflow=not args.no_mlflow,
+                              progress=not args.no_progress, program=args.program)
     print(result["table"], end="")
     print(f"table, charts and per-variant runs in {out}")
     return 0

@@ -97,6 +97,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from reflect_sql.experiments.shutdown import stop_on_signals
+
+    with stop_on_signals():
+        return _tune(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
     from reflect_sql.errors import UserError
     from reflect_sql.optimize.config import load_optimize_config
     from reflect_sql.optimize.study import run_study

@@ -89,14 +89,16 @@ def sqlite_copy(benchmarks_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pg_target(bird_pg):
-    """(engine URL, schema, admin connection) with a sequence to attack."""
+def pg_target(bird_pg, pg_url):
+    """(engine URL, schema, admin connection) with a sequence to attack. The engine connects as the
+    read-only role of the test fixtures (made with `reflect-sql db grant-readonly`'s SQL), the admin
+    connection as the superuser."""
     import psycopg
     from psycopg import sql
 
     url = bird_pg["superhero"]
-    conninfo, schema = split_schema(url)
-    admin = psycopg.connect(conninfo, autocommit=True)
+    _, schema = split_schema(url)
+    admin = psycopg.connect(pg_url, autocommit=True)
     admin.execute(sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(sql.Identifier(schema, "hero_seq")))
     admin.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
     yield url, schema, admin

@@ -46,7 +46,7 @@ def messy_db(tmp_path: Path) -> Path:
 
 
 @pytest.mark.postgres
-def test_messy_data_loads_and_reads_back(pg_url, messy_db):
+def test_messy_data_loads_and_reads_back(pg_url, pg_reader, messy_db):
     schema = f"test_{os.getpid()}_messy"
     try:
         for _ in range(2):  # idempotent: a second load replaces the first
@@ -56,7 +56,7 @@ def test_messy_data_loads_and_reads_back(pg_url, messy_db):
         assert report.types["Team Name"]["score"] == "double precision"
         assert any(s.startswith("foreign key orphan(parent) -> player") for s in report.skipped)
 
-        engine = open_engine(schema_url(pg_url, schema))
+        engine = open_engine(pg_reader(schema_url(pg_url, schema)))
         loaded = engine.introspect()
         assert loaded.table("Team Name").primary_key == ["Team ID"]
         keys = {(fk.table, tuple(fk.columns), fk.ref_table, tuple(fk.ref_columns)) for fk in loaded.foreign_keys}

