@@ -28,6 +28,8 @@ def register(subparsers) -> None:
     parser.add_argument("--no-sql-reflection", action="store_true", help="no syntax repair and no semantic judge")
     parser.add_argument("--no-entailment", action="store_true", help="run the SQL once, no checks or entailment judge")
     parser.add_argument("--no-enrichment", action="store_true", help="never write to the knowledge base")
+    parser.add_argument("--no-sentence", action="store_true",
+                        help="do not tell a verified answer in a sentence (saves one LM call)")
     parser.add_argument("--json", action="store_true", help="print the answer, scores, trace and cost as JSON")
     add_program_arg(parser)
     add_settings_args(parser)
@@ -104,6 +106,10 @@ def _ask(args: argparse.Namespace) -> int:
             program = apply_program(build_program(settings, engine, retriever, mode=args.mode,
                                                   generator_lm=generator_lm, judge_lm=judge_lm), choice)
             prediction = program(question=args.question, evidence=args.evidence)
+            if not args.no_sentence:
+                from reflect_sql.programs.answer_sentence import AnswerSentence
+
+                prediction = AnswerSentence(settings, generator_lm)(question=args.question, prediction=prediction)
         finally:
             close = getattr(retriever, "close", None)
             if close is not None:
@@ -122,7 +128,7 @@ WIDTH = 80  # the trace and the result table are laid out for an 80-column termi
 # Short names of the loops for the one-line trace, and the scores each line shows.
 LOOP_NAMES = {"retrieval": "retrieve", "synthesis.generate": "generate", "synthesis.syntax": "compile",
               "synthesis.schema_repair": "schema-fix", "synthesis.semantic": "semantic", "entailment": "entail",
-              "execution": "execute", "enrichment": "enrich", "result": "result"}
+              "execution": "execute", "enrichment": "enrich", "result": "result", "answer": "answer"}
 SCORE_PARTS = {"retrieval": ("R", "C", "score"), "synthesis.semantic": ("C", "G", "J", "Q", "S"),
                "entailment": ("E_schema", "E_data", "E")}
 SCORE_LABELS = {"score": "=", "S": "=", "E": "=", "E_schema": "Es", "E_data": "Ed"}
@@ -179,6 +185,9 @@ def show(answer: dict[str, Any], retrieved: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=max(WIDTH, Console().width), highlight=False)
+    if answer.get("answer"):
+        label = "" if answer.get("answer_source") == "model" else " (the result, rendered plainly)"
+        console.print(f"[bold]{escape(answer['answer'])}[/bold]{label}", soft_wrap=True)
     if answer["sql"]:
         console.print("[bold]SQL[/bold]")
         console.print(escape(answer["sql"]), soft_wrap=True)
