@@ -34,6 +34,8 @@ from sse_starlette.sse import EventSourceResponse
 CHAT_FILES = files("reflect_sql.cli") / "chat"
 POLL_SECONDS = 0.1  # how often a stream looks for new events; a question takes seconds to minutes
 SHOWN_ROWS = 50
+HELD = "held for the manager's verdict"
+TICK_SECONDS = 0.25  # how often a running question's steps are looked at for new decisions and scores
 
 
 class HeldEnrichment:
@@ -146,22 +148,52 @@ class Answerer:
             self.reload.clear()
             self.retriever.reopen()
         steps: list[Any] = []
+        shown: dict[int, str] = {}
+        lock = threading.Lock()
+
+        def flush() -> None:
+            """Emit every step whose content changed since it was last shown. A step is running
+            until the loop gives it a decision: some loops add their step before the LM call,
+            others after, so only the decision says it has ended."""
+            with lock:
+                for index, step in enumerate(steps):
+                    try:
+                        data = step.to_json()
+                    except RuntimeError:  # the loop was filling it in just now; the next tick shows it
+                        continue
+                    if data["loop"] == "enrichment" and self.retriever.held is not None:
+                        data["decision"] = HELD
+                    text = json.dumps(data, sort_keys=True)
+                    if shown.get(index) != text:
+                        shown[index] = text
+                        emit({"type": "step", "index": index, "step": data, "running": not data.get("decision")})
 
         def on_step(step: Any) -> None:
-            if steps:  # the step before is complete once the next one starts
-                emit({"type": "step", "index": len(steps) - 1, "step": steps[-1].to_json(), "running": False})
-            steps.append(step)
-            emit({"type": "step", "index": len(steps) - 1, "step": step.to_json(), "running": True})
+            with lock:
+                steps.append(step)
+            flush()
 
+        done = threading.Event()
+
+        def tick() -> None:  # a step's decision and scores appear while the next LM call runs
+            while not done.wait(TICK_SECONDS):
+                flush()
+
+        ticker = threading.Thread(target=tick, name=f"aria-ticker-{job.id}", daemon=True)
+        ticker.start()
         self.retriever.held = None
-        with dspy.context(lm=self.lm, adapter=self.adapter), watching(on_step):
-            prediction = self.program(question=job.question, evidence=job.evidence)
-            on_step(TraceStep("answer", 0, 0))  # the sentence is written after the program's own trace
-            prediction = self.sentence(question=job.question, prediction=prediction)
+        try:
+            with dspy.context(lm=self.lm, adapter=self.adapter), watching(on_step):
+                prediction = self.program(question=job.question, evidence=job.evidence)
+                on_step(TraceStep("answer", 0, 0))  # the sentence is written after the program's own trace
+                prediction = self.sentence(question=job.question, prediction=prediction)
+        finally:
+            done.set()
+            ticker.join()
         job.held = self.retriever.held
         for step in prediction.trace:
             if step["loop"] == "enrichment" and job.held is not None:
-                step["decision"] = "held for the manager's verdict"
+                step["decision"] = HELD
         job.answer = prediction_to_json(prediction)
         emit({"type": "answer", "answer": job.answer})
 
