@@ -17,7 +17,7 @@ from reflect_sql.errors import UserError
 from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
 from reflect_sql.kb.model import ColumnEntry, Example, ForeignKeyEntry, KnowledgeBase, TableEntry
-from reflect_sql.kb.store import Store
+from reflect_sql.kb.store import open_store
 from reflect_sql.kb.values import MAX_DISTINCT_PER_COLUMN, ValueIndex, indexable_column, indexable_value
 from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
@@ -163,8 +163,10 @@ def alias_rows(kb: KnowledgeBase, index: ValueIndex) -> list[tuple[str, str, str
     return sorted(rows)
 
 
-def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, str]] | None = None):
-    """Bring chroma and the value index in line with ``kb``; ``values`` None keeps the stored DB values."""
+def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, str]] | None = None,
+                 settings: Settings | None = None):
+    """Bring the vector store and the value index in line with ``kb``; ``values`` None keeps the
+    stored DB values. With ``settings`` (a build) the store is the one they name, else the KB's own."""
     index = ValueIndex(kb_dir / VALUES_FILE)
     try:
         reindexed = index.replace_values(values) if values is not None else False
@@ -172,7 +174,7 @@ def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, s
         size = index.size()
     finally:
         index.close()
-    report = Store(kb_dir).sync(documents(kb))
+    report = open_store(kb_dir, settings).sync(documents(kb))
     return report, reindexed, size
 
 
@@ -206,7 +208,8 @@ def source_signature(db: str, settings: Settings, **inputs: Any) -> dict[str, An
             "samples_per_column": settings.sample_values_per_column}
 
 
-def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float) -> BuildReport | None:
+def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float,
+               settings: Settings | None = None) -> BuildReport | None:
     """The report of a build that has nothing to do, or None when something may have changed."""
     stored = kb_dir / SOURCES_FILE
     if not stored.is_file() or not (kb_dir / VALUES_FILE).is_file():
@@ -217,7 +220,7 @@ def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float) -
     except json.JSONDecodeError:
         return None
     kb = KBDir(kb_dir).load()
-    if kb.database != db or not Store(kb_dir).up_to_date(documents(kb)):
+    if kb.database != db or not open_store(kb_dir, settings).up_to_date(documents(kb)):
         return None
     index = ValueIndex(kb_dir / VALUES_FILE)
     try:
@@ -283,7 +286,7 @@ def _build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Se
         kb = previous
 
     values = read_values(engine, kb, warnings)
-    sync, reindexed, size = sync_indexes(kb_dir, kb, values)
+    sync, reindexed, size = sync_indexes(kb_dir, kb, values, settings)
     signature_file = kb_dir / SOURCES_FILE
     # A value read that failed (a timeout) must be retried by the next build, not skipped.
     if signature is not None and not any(w.startswith("values of ") for w in warnings):
@@ -313,7 +316,7 @@ def build_kb(db: str, kb_dir: str | Path, settings: Settings | None = None, *,
     inputs = dict(descriptions=descriptions, tables_json=tables_json, glossary=glossary, train=train, db_id=db_id)
     signature = source_signature(db, settings, **inputs) if describer is None else None
     if signature is not None:
-        report = _unchanged(kb_dir, db, signature, start)
+        report = _unchanged(kb_dir, db, signature, start, settings)
         if report is not None:
             return report
     from reflect_sql.db import open_engine
