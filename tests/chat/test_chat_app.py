@@ -1,28 +1,16 @@
 """Aria's chat app without a browser: the stream, the answer, the queue, the verdicts."""
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
+from chat_helpers import read_stream
 from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.slow  # the restaurant database and its KB take ~45 s, once per session
 
 WAITING = "How long has table 5 been waiting for its appetizer, in minutes?"
 REVENUE = "What was last night's dinner-shift revenue per category?"
-
-
-def read_stream(client: TestClient, job: str) -> list[tuple[str, dict]]:
-    """Every (event, data) of a question's stream, until it ends."""
-    events, name = [], None
-    with client.stream("GET", f"/jobs/{job}/events") as response:
-        for line in response.iter_lines():
-            if line.startswith("event:"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("data:"):
-                events.append((name, json.loads(line.split(":", 1)[1])))
-    return events
 
 
 def test_the_stream_shows_each_step_then_the_answer(chat_app):
