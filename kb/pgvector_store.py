@@ -54,6 +54,16 @@ _servers_lock = threading.Lock()
 _threads = threading.local()  # each thread its own connections: a sync's transaction is not shared
 
 
+def forget_dead_users(folder: Path) -> None:
+    """pgserver counts the processes using a local server in a file and stops the server when the
+    last one exits; a process killed before its exit hook stays counted, and the server would run
+    for ever. Forget the dead before counting on that file."""
+    from pgserver.utils import DiskList, process_is_running
+
+    users = DiskList(folder / ".handle_pids.json")
+    users.put([pid for pid in users.get() if process_is_running(pid)])
+
+
 def _target(url: str) -> str:
     """The connection URI of ``url``, starting the local pgserver it names when it is one."""
     if not url.startswith(LOCAL_SCHEME):
@@ -67,6 +77,7 @@ def _target(url: str) -> str:
                                 "(pip install pgserver), or set kb_store_url to a PostgreSQL with pgvector") from None
             folder = Path(url[len(LOCAL_SCHEME):])
             folder.mkdir(parents=True, exist_ok=True)
+            forget_dead_users(folder)
             # Stopped when the last process using it exits: no server is left behind.
             _servers[url] = pgserver.get_server(folder).get_uri()
         return _servers[url]

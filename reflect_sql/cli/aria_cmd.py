@@ -44,7 +44,10 @@ def local_postgres(folder: Path):
     ``cleanup()`` stops it once no other process of ours uses it."""
     import pgserver
 
+    from reflect_sql.kb.pgvector_store import forget_dead_users
+
     folder.mkdir(parents=True, exist_ok=True)
+    forget_dead_users(folder)
     return pgserver.get_server(folder)
 
 
@@ -101,13 +104,10 @@ def _aria(args: argparse.Namespace) -> int:
 
 
 def stop_local(folder: Path) -> None:
-    """Stop the local server unless another live process of ours still uses it. pgserver counts its
-    users in a file; a process killed before its exit hook stays counted, and would keep the server
-    running for ever, so the dead are forgotten first."""
-    from pgserver.utils import DiskList, process_is_running
+    """Stop the local server unless another live process of ours still uses it."""
+    from reflect_sql.kb.pgvector_store import forget_dead_users
 
-    handles = DiskList(folder / ".handle_pids.json")
-    handles.put([pid for pid in handles.get() if process_is_running(pid)])
+    forget_dead_users(folder)
     local_postgres(folder).cleanup()
 
 

@@ -59,3 +59,17 @@ def test_each_kb_directory_keeps_its_own_rows(both, school_db, tmp_path):
     assert not open_store(copy).up_to_date({}) and open_store(copy).similarities(GLOBAL, embed(["x"])[0]) == {}
     assert build_kb(str(school_db), copy, pg).embedded == 4 + 14
     assert len(open_store(copy).similarities(GLOBAL, embed(["x"])[0])) == 4
+
+
+def test_a_local_server_forgets_the_users_that_died(tmp_path):
+    """A process killed before pgserver's exit hook would keep the local server running for ever."""
+    import os
+    import subprocess
+    import sys
+
+    from reflect_sql.kb.pgvector_store import forget_dead_users
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / ".handle_pids.json").write_text(json.dumps([int(dead.stdout), os.getpid()]))
+    forget_dead_users(tmp_path)
+    assert json.loads((tmp_path / ".handle_pids.json").read_text()) == [os.getpid()]
