@@ -60,7 +60,10 @@ def forget_dead_users(folder: Path) -> None:
     for ever. Forget the dead before counting on that file."""
     from pgserver.utils import DiskList, process_is_running
 
-    users = DiskList(folder / ".handle_pids.json")
+    path = folder / ".handle_pids.json"
+    if not path.is_file():  # a new data directory must stay empty for initdb
+        return
+    users = DiskList(path)
     users.put([pid for pid in users.get() if process_is_running(pid)])
 
 

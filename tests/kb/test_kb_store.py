@@ -73,3 +73,7 @@ def test_a_local_server_forgets_the_users_that_died(tmp_path):
     (tmp_path / ".handle_pids.json").write_text(json.dumps([int(dead.stdout), os.getpid()]))
     forget_dead_users(tmp_path)
     assert json.loads((tmp_path / ".handle_pids.json").read_text()) == [os.getpid()]
+    empty = tmp_path / "new"
+    empty.mkdir()
+    forget_dead_users(empty)
+    assert list(empty.iterdir()) == []  # initdb refuses a data directory that is not empty
