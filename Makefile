@@ -12,7 +12,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export MLFLOW_DISABLE_TELEMETRY := true
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: setup models demo test test-fast mlflow-ui clean
+.PHONY: setup models demo aria test test-fast mlflow-ui clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
@@ -37,6 +37,13 @@ models: setup
 demo: models
 	$(BIN)/reflect-sql demo-db create --out $(DEMO_DB) --if-missing
 	$(BIN)/reflect-sql demo --db $(DEMO_DB) --kb-dir $(DEMO_KB)
+
+# Aria, the paper's restaurant assistant, end to end on PostgreSQL: the demo data loaded into a local
+# PostgreSQL (bundled with pgvector by the pgserver package, data under demo_data/aria), its KB built
+# on pgvector, and the web chat on http://127.0.0.1:8750/ (Ctrl-C stops both).
+aria: models
+	$(BIN)/reflect-sql demo-db create --out $(DEMO_DB) --if-missing
+	$(BIN)/reflect-sql aria --sqlite $(DEMO_DB) --dir demo_data/aria
 
 test: models
 	$(BIN)/pytest

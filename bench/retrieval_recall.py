@@ -8,7 +8,9 @@ evidence appended, as the pipeline does.
 - table_recall / column_recall: mean over questions of |gold ∩ retrieved| / |gold| (questions whose
   gold uses no column count as fully recalled for columns);
 - table_all / column_all: share of questions with every gold table / column retrieved;
-- column_fraction: mean over questions of |retrieved columns| / |all columns of the database|.
+- column_fraction: mean over questions of |retrieved columns| / |all columns of the database|;
+- store_ms_per_question / store_ms_per_query: time spent in the vector store's queries (chroma or
+  pgvector, ``--kb-store``), per question and per similarity or example query.
 
 KBs are built (incrementally) under ``--kb-root``, one directory per database, from the database,
 its description CSVs (BIRD) and the tables.json; no question or gold SQL goes into them.
@@ -53,15 +55,38 @@ def _ratio(hit: int, total: int) -> float:
     return 1.0 if total == 0 else hit / total
 
 
+class _TimedStore:
+    """The retriever's store with the time of each query counted."""
+
+    def __init__(self, store, clock: list[float]):
+        self.store, self.clock = store, clock
+
+    def __getattr__(self, name):
+        method = getattr(self.store, name)
+        if name not in ("similarities", "example_hits"):
+            return method
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.clock[0] += time.perf_counter() - started
+                self.clock[1] += 1
+        return timed
+
+
 def evaluate(dataset: str, questions, kb_dirs: dict[str, Path], settings: Settings, k: int | None, m: int | None,
              retrievers: dict[str, Retriever] | None = None, misses: list | None = None) -> dict:
     retrievers = retrievers if retrievers is not None else {}
     rows = defaultdict(list)
     skipped = 0
+    clock = [0.0, 0]  # seconds in store queries, queries
     for q in questions:
         retriever = retrievers.get(q.db_id)
         if retriever is None:
             retriever = retrievers[q.db_id] = Retriever(kb_dirs[q.db_id], settings)
+            retriever.store = _TimedStore(retriever.store, clock)
         kb = retriever.kb
         try:
             gold_tables, gold_columns = sql_usage(q.gold_sql, kb.sqlglot_mapping(), kb.dialect)
@@ -103,6 +128,8 @@ def evaluate(dataset: str, questions, kb_dirs: dict[str, Path], settings: Settin
         raise UserError("no question could be evaluated")
     out = summarise(everything)
     out["skipped_unparsable_gold"] = skipped
+    out["store_ms_per_question"] = round(1000 * clock[0] / len(everything), 3)
+    out["store_ms_per_query"] = round(1000 * clock[0] / max(clock[1], 1), 3)
     out["per_database"] = {db: summarise(items) for db, items in sorted(rows.items())}
     return out
 
@@ -118,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="settings YAML")
     parser.add_argument("--budget", type=int, help="context budget in estimated tokens (default: settings "
                         "context_budget_tokens; 0 prunes by k and m only, as the paper)")
+    parser.add_argument("--kb-store", choices=["chroma", "pgvector"], help="vector store of the KBs (default: "
+                        "settings kb_store); give each store its own --kb-root, or each run re-embeds")
     parser.add_argument("--misses", type=Path, help="write the questions with something missing to this JSON file")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
@@ -125,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config)
         if args.budget is not None:
             settings = settings.model_copy(update={"context_budget_tokens": args.budget})
+        if args.kb_store is not None:
+            settings = settings.model_copy(update={"kb_store": args.kb_store})
         questions = load_dataset(args.dataset, args.root, db_ids=parse_db_ids(args.db_ids))
         started = time.perf_counter()
         kb_dirs = build_kbs(args.dataset, questions, args.kb_root, settings)
@@ -135,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         result["k"] = args.k or settings.k_tables
         result["m"] = args.m or settings.m_columns
         result["context_budget_tokens"] = settings.context_budget_tokens
+        result["kb_store"] = settings.kb_store
         result["seconds_build"] = round(built, 2)
         result["seconds_retrieval"] = round(time.perf_counter() - started, 2)
     except UserError as exc:
@@ -148,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.dataset}: k={result['k']} m={result['m']}  questions={result['questions']}")
     print(f"  table recall {result['table_recall']:.3f} (target >= 0.98)   all tables {result['table_all']:.3f}")
     print(f"  column recall {result['column_recall']:.3f} (target >= 0.95)   all columns {result['column_all']:.3f}")
+    print(f"  vector store {settings.kb_store}: {result['store_ms_per_question']:.2f} ms a question, "
+          f"{result['store_ms_per_query']:.3f} ms a query")
     print(f"  column fraction {result['column_fraction']:.3f}   budget {result['context_budget_tokens']} tokens, "
           f"pruned: " + ", ".join(f"{mode} {share:.0%}" for mode, share in result["pruned"].items()))
     for db, r in result["per_database"].items():

@@ -18,7 +18,7 @@ from reflect_sql.errors import UserError
 from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
 from reflect_sql.kb.model import ColumnEntry, Example, KnowledgeBase, TableEntry
-from reflect_sql.kb.store import Store
+from reflect_sql.kb.store import open_store
 from reflect_sql.kb.values import ValueIndex, indexable_column, indexable_value
 from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
@@ -173,9 +173,10 @@ def alias_rows(kb: KnowledgeBase, index: ValueIndex) -> list[tuple[str, str, str
 
 
 def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, str]] | None = None,
-                 capped: list[str] = ()):
-    """Bring chroma and the value index in line with ``kb``; ``values`` None keeps the stored DB values
-    (``capped``: the columns whose values the build cut at the cap)."""
+                 settings: Settings | None = None, capped: list[str] = ()):
+    """Bring the vector store and the value index in line with ``kb``; ``values`` None keeps the
+    stored DB values (``capped``: the columns whose values the build cut at the cap). With
+    ``settings`` (a build) the store is the one they name, else the KB's own."""
     index = ValueIndex(kb_dir / VALUES_FILE)
     try:
         reindexed = index.replace_values(values, capped) if values is not None else False
@@ -183,7 +184,7 @@ def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, s
         size = index.size()
     finally:
         index.close()
-    report = Store(kb_dir).sync(documents(kb))
+    report = open_store(kb_dir, settings).sync(documents(kb))
     return report, reindexed, size
 
 
@@ -218,7 +219,8 @@ def source_signature(db: str, settings: Settings, **inputs: Any) -> dict[str, An
             "max_distinct_values_per_column": settings.max_distinct_values_per_column}
 
 
-def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float) -> BuildReport | None:
+def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float,
+               settings: Settings | None = None) -> BuildReport | None:
     """The report of a build that has nothing to do, or None when something may have changed."""
     stored = kb_dir / SOURCES_FILE
     if not stored.is_file() or not (kb_dir / VALUES_FILE).is_file():
@@ -229,7 +231,7 @@ def _unchanged(kb_dir: Path, db: str, signature: dict[str, Any], start: float) -
     except json.JSONDecodeError:
         return None
     kb = KBDir(kb_dir).load()
-    if kb.database != db or not Store(kb_dir).up_to_date(documents(kb)):
+    if kb.database != db or not open_store(kb_dir, settings).up_to_date(documents(kb)):
         return None
     index = ValueIndex(kb_dir / VALUES_FILE)
     try:
@@ -296,7 +298,7 @@ def _build_from_engine(engine: Engine, db: str, kb_dir: str | Path, settings: Se
 
     capped: list[str] = []
     values = read_values(engine, kb, warnings, settings.max_distinct_values_per_column, capped)
-    sync, reindexed, size = sync_indexes(kb_dir, kb, values, capped)
+    sync, reindexed, size = sync_indexes(kb_dir, kb, values, settings, capped)
     signature_file = kb_dir / SOURCES_FILE
     # A value read that failed (a timeout) must be retried by the next build, not skipped.
     if signature is not None and not any(w.startswith("values of ") for w in warnings):
@@ -326,7 +328,7 @@ def build_kb(db: str, kb_dir: str | Path, settings: Settings | None = None, *,
     inputs = dict(descriptions=descriptions, tables_json=tables_json, glossary=glossary, train=train, db_id=db_id)
     signature = source_signature(db, settings, **inputs) if describer is None else None
     if signature is not None:
-        report = _unchanged(kb_dir, db, signature, start)
+        report = _unchanged(kb_dir, db, signature, start, settings)
         if report is not None:
             return report
     from reflect_sql.db import open_engine

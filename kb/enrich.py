@@ -76,22 +76,25 @@ def _parse_column(kb: KnowledgeBase, qualified: str):
 
 def enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments: Mapping[str, Any], *,
            evidence: str = "", clarifications: Mapping[str, str] | None = None,
-           aliases: Mapping[str, tuple[str, str]] | None = None) -> EnrichmentResult:
+           aliases: Mapping[str, tuple[str, str]] | None = None, verified_by: str = "pipeline") -> EnrichmentResult:
     """Teach the KB one verified answer.
 
     ``judgments``: check name -> bool | {"passed": bool} | {"score": x, "threshold": t}; every one
     must pass and there must be at least one. ``clarifications``: "table.column" -> meaning.
     ``aliases``: alias -> ("table.column", stored value); the value must be one the column holds.
+    ``verified_by``: "pipeline" (the judges alone) or "human" (a person confirmed it too, as the chat's
+    "correct" does); a human verification is always a version of its own in the history, also of an
+    example the KB already holds.
     Concurrent enrichments of one KB (threads or processes) are serialised.
     """
     with KBDir(kb_dir).locked():
         return _enrich(kb_dir, question, sql, result, judgments, evidence=evidence, clarifications=clarifications,
-                       aliases=aliases)
+                       aliases=aliases, verified_by=verified_by)
 
 
 def _enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments: Mapping[str, Any], *,
             evidence: str, clarifications: Mapping[str, str] | None,
-            aliases: Mapping[str, tuple[str, str]] | None) -> EnrichmentResult:
+            aliases: Mapping[str, tuple[str, str]] | None, verified_by: str = "pipeline") -> EnrichmentResult:
     directory = KBDir(kb_dir)
     kb = directory.load()
     reasons = []
@@ -145,6 +148,9 @@ def _enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments:
     if example_id(example) not in {example_id(e) for e in kb.examples}:
         kb.examples.append(example)
         changes.insert(0, {"kind": "example", "question": example.question, "sql": example.sql})
+    elif verified_by == "human":
+        # The content stays; the version records that a person has now confirmed this example.
+        changes.insert(0, {"kind": "verify", "question": example.question, "sql": example.sql})
     for change in changes:
         if change["kind"] == "clarify":
             table, _, column = change["column"].partition(".")
@@ -157,8 +163,10 @@ def _enrich(kb_dir: str | Path, question: str, sql: str, result: Any, judgments:
         return EnrichmentResult(accepted=True, version=kb.version, changes=[])
 
     provenance = {"question": question, "evidence": evidence, "sql": sql, "judgments": dict(judgments),
-                  "result": shape, "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    version = directory.commit(kb, "enrich", f"verified answer to: {question[:80]}", provenance, changes)
+                  "result": shape, "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "verified_by": verified_by}
+    summary = f"{'human-verified' if verified_by == 'human' else 'verified'} answer to: {question[:80]}"
+    version = directory.commit(kb, "enrich", summary, provenance, changes)
     sync_indexes(Path(kb_dir), kb)
     return EnrichmentResult(accepted=True, version=version, changes=changes)
 

@@ -41,7 +41,7 @@ from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATAB
                                     ExampleHit, SchemaContext, estimated_tokens, fk_graph, fk_path)
 from reflect_sql.kb.documents import GLOBAL, collection_for_table
 from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
-from reflect_sql.kb.store import Store
+from reflect_sql.kb.store import open_store
 from reflect_sql.kb.text import ATTRIBUTES_OF, STOPWORDS, fold, split_identifier, stem, words
 from reflect_sql.kb.values import ValueIndex
 from reflect_sql.kb.versions import KBDir
@@ -194,7 +194,7 @@ class Retriever:
         self.settings = settings or Settings()
         self.weights = Weights.of(self.settings)
         self.kb: KnowledgeBase = KBDir(self.path).load()
-        self.store = Store(self.path)
+        self.store = open_store(self.path)
         self.values = ValueIndex(self.path / VALUES_FILE)
         self._graph = self._fk_graph()
         self._whole_tokens: int | None = None  # the whole database rendered, estimated once

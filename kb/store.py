@@ -1,5 +1,11 @@
-"""The chroma side of a KB directory: one collection of tables, one per table of its columns, one
+"""The vector side of a KB directory: one collection of tables, one per table of its columns, one
 of verified examples, all in cosine space and embedded by ``embedding.MiniLMEmbedding``.
+
+Two stores hold them behind one interface (``up_to_date``, ``sync``, ``similarities``,
+``example_hits``): chromadb in the directory (``ChromaStore``, here) or PostgreSQL with pgvector
+(``pgvector_store.PgVectorStore``). ``open_store`` picks one: a build follows the setting
+``kb_store``; every later open follows the store the directory's manifest names, since that is
+where its documents are.
 
 Each document's metadata carries the hash of its text; ``sync`` embeds only documents whose hash
 changed and deletes the ones that vanished. A manifest of the synced hashes lets an unchanged
@@ -10,10 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reflect_sql.kb.documents import Document
+
+if TYPE_CHECKING:
+    from reflect_sql.settings import Settings
 
 MANIFEST = "index.json"
 CHROMA_DIR = "chroma"
@@ -51,23 +61,53 @@ def _collection(chroma, name: str):
         name, embedding_function=MiniLMEmbedding(), configuration={"hnsw": {"space": "cosine"}})
 
 
-class Store:
+def read_manifest(kb_path: Path) -> dict[str, Any]:
+    path = kb_path / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {}
+
+
+def write_manifest(kb_path: Path, wanted: dict[str, list[Document]], **store: Any) -> None:
+    manifest = {"embedder": "reflect-sql-minilm", **store,
+                "collections": {name: {d.id: d.hash for d in docs} for name, docs in wanted.items()}}
+    (kb_path / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+
+
+def manifest_matches(kb_path: Path, wanted: dict[str, list[Document]], **store: Any) -> bool:
+    """The manifest records exactly ``wanted``'s hashes, synced into the store ``store`` describes."""
+    manifest = read_manifest(kb_path)
+    hashes = {name: {d.id: d.hash for d in docs} for name, docs in wanted.items()}
+    recorded = {key: manifest.get(key) for key in store}
+    # A manifest from before the pgvector store names none: its documents are in chroma.
+    if "store" in recorded and recorded["store"] is None and store["store"] == "chroma":
+        recorded["store"] = "chroma"
+    return manifest.get("collections") == hashes and recorded == store
+
+
+def open_store(kb_path: str | Path, settings: "Settings | None" = None):
+    """The store of a KB directory: with ``settings`` (a build) the one ``settings.kb_store`` names,
+    else the one the directory's manifest names (chroma when it names none)."""
+    path = Path(kb_path)
+    manifest = read_manifest(path)
+    kind = settings.kb_store if settings is not None else manifest.get("store", "chroma")
+    if kind == "pgvector":
+        from reflect_sql.kb.pgvector_store import PgVectorStore, url_of
+
+        return PgVectorStore(path, url_of(settings) if settings is not None else manifest.get("url"))
+    return ChromaStore(path)
+
+
+class ChromaStore:
     def __init__(self, kb_path: str | Path):
         self.path = Path(kb_path)
         self._loaded: dict[str, tuple[list[str], np.ndarray]] = {}  # collection -> (ids, unit embeddings)
 
-    def _manifest(self) -> dict[str, dict[str, str]]:
-        path = self.path / MANIFEST
-        if not path.is_file():
-            return {}
-        try:
-            return json.loads(path.read_text(encoding="utf-8")).get("collections", {})
-        except json.JSONDecodeError:
-            return {}
-
     def up_to_date(self, wanted: dict[str, list[Document]]) -> bool:
-        hashes = {name: {d.id: d.hash for d in docs} for name, docs in wanted.items()}
-        return hashes == self._manifest() and (self.path / CHROMA_DIR).is_dir()
+        return manifest_matches(self.path, wanted, store="chroma") and (self.path / CHROMA_DIR).is_dir()
 
     def sync(self, wanted: dict[str, list[Document]]) -> SyncReport:
         report = SyncReport()
@@ -106,9 +146,7 @@ class Store:
                     metadatas=[{**pending[i][1].metadata, "hash": pending[i][1].hash} for i in rows],
                 )
             report.embedded = len(pending)
-        manifest = {"embedder": "reflect-sql-minilm",
-                    "collections": {name: {d.id: d.hash for d in docs} for name, docs in wanted.items()}}
-        (self.path / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+        write_manifest(self.path, wanted, store="chroma")
         return report
 
     def similarities(self, collection_name: str, query_vector, n: int | None = None) -> dict[str, float]:

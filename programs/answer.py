@@ -5,6 +5,8 @@
   "entailment"}: float | None each), trace (list of JSON-safe dicts), cost ({"lm_calls",
   "prompt_tokens", "completion_tokens", "seconds"}), error (str | None) and retrieved
   ({"tables": [...], "columns": ["table.column", ...]}).
+After ``programs/answer_sentence.py`` has told it in words, it also has ``answer`` (str | None) and
+``answer_source`` ("model", "table" or None), and its JSON form carries both.
 ``cost["seconds"]`` is the wall-clock time of the whole question (LM, retrieval and database);
 each trace step's ``cost["seconds"]`` is the time its LM calls took.
 """
@@ -46,7 +48,8 @@ def make_prediction(candidate: Candidate | None, trace: Trace, meter: CostMeter,
 
 
 def prediction_to_json(pred: dspy.Prediction) -> dict[str, Any]:
-    """``{"sql", "columns", "rows", "scores", "trace", "cost"}``, plus ``"error"`` when there is one."""
+    """``{"sql", "columns", "rows", "scores", "trace", "cost"}``, plus ``"answer"`` and ``"answer_source"``
+    once the answer was told in words, and ``"error"`` when there is one."""
     out = {
         "sql": pred.sql,
         "columns": list(pred.columns),
@@ -55,6 +58,9 @@ def prediction_to_json(pred: dspy.Prediction) -> dict[str, Any]:
         "trace": json_safe(pred.trace),
         "cost": dict(pred.cost),
     }
+    if "answer" in pred.keys():
+        out["answer"] = pred.answer
+        out["answer_source"] = pred.answer_source
     if getattr(pred, "error", None):
         out["error"] = pred.error
     return out

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
 
 def json_safe(value: Any) -> Any:
@@ -51,6 +53,9 @@ class Trace:
 
     def add(self, step: TraceStep) -> TraceStep:
         self.steps.append(step)
+        watcher = _watcher.get()
+        if watcher is not None:
+            watcher(step)
         return step
 
     def by_loop(self, loop: str) -> list[TraceStep]:
@@ -60,3 +65,19 @@ class Trace:
         out = [s.to_json() for s in self.steps]
         json.dumps(out)  # fail here, not in a caller's serialiser, if something slipped through
         return out
+
+
+# Whoever watches a question's steps as they are added (the chat streams them). A context variable,
+# so only the thread answering that question is watched.
+_watcher: ContextVar[Callable[[TraceStep], None] | None] = ContextVar("trace_watcher", default=None)
+
+
+@contextmanager
+def watching(callback: Callable[[TraceStep], None]) -> Iterator[None]:
+    """Call ``callback(step)`` for every step any Trace adds in this context, as it is added (its
+    scores and decision are filled in afterwards, by the time the next step is added)."""
+    token = _watcher.set(callback)
+    try:
+        yield
+    finally:
+        _watcher.reset(token)

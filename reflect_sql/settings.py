@@ -190,6 +190,11 @@ class Settings(BaseModel):
 
     # --- Paths ---
     kb_dir: Path = Field(default_factory=lambda: Path("kb_store"))
+    kb_store: Literal["chroma", "pgvector"] = Field(
+        "chroma", description="Where a KB build puts the KB's vectors: chroma (files in the KB directory) or pgvector "
+        "(PostgreSQL, kb_store_url). A built KB is then read from the store its directory records.")
+    kb_store_url: str | None = Field(None, description="PostgreSQL URL of the pgvector store; none: a local server "
+                                     "(the pgserver package) in the cache directory.")
     cache_dir: Path = Field(default_factory=lambda: _default_cache_root() / "dspy")
     model_dir: Path = Field(default_factory=lambda: _default_cache_root() / "models")
     mlflow_uri: str = Field("sqlite:///mlruns.db")

@@ -21,6 +21,8 @@ COMMAND_MODULES = [
     "reflect_sql.cli.ask_cmd",
     "reflect_sql.cli.eval_cmd",
     "reflect_sql.cli.optimize_cmd",
+    "reflect_sql.cli.serve_cmd",
+    "reflect_sql.cli.aria_cmd",
 ]
 # The commands each module registers (a test holds this equal to what they register): a named
 # command imports and builds its own module only. Building all eight cost ``reflect-sql score``
@@ -32,6 +34,7 @@ COMMANDS = {
     "ablate": "reflect_sql.cli.eval_cmd", "calibrate": "reflect_sql.cli.eval_cmd",
     "tune": "reflect_sql.cli.optimize_cmd", "compile": "reflect_sql.cli.optimize_cmd",
     "judge-scale": "reflect_sql.cli.optimize_cmd", "export": "reflect_sql.cli.optimize_cmd",
+    "serve": "reflect_sql.cli.serve_cmd", "aria": "reflect_sql.cli.aria_cmd",
 }
 
 

@@ -28,6 +28,8 @@ def register(subparsers) -> None:
     parser.add_argument("--no-sql-reflection", action="store_true", help="no syntax repair and no semantic judge")
     parser.add_argument("--no-entailment", action="store_true", help="run the SQL once, no checks or entailment judge")
     parser.add_argument("--no-enrichment", action="store_true", help="never write to the knowledge base")
+    parser.add_argument("--no-sentence", action="store_true",
+                        help="do not tell a verified answer in a sentence (saves one LM call)")
     add_json_arg(parser, "print the answer, scores, trace and cost as JSON")
     add_program_arg(parser)
     add_settings_args(parser)
@@ -82,7 +84,8 @@ def _ask(args: argparse.Namespace) -> int:
     from reflect_sql.experiments.assembly import assemble
 
     assembly = assemble(settings, args.program)  # the program is resolved before any model loads
-    prediction = answer_question(assembly, args.db, args.question, args.evidence, args.mode, use_kb, status)
+    prediction = answer_question(assembly, args.db, args.question, args.evidence, args.mode, use_kb, status,
+                                 sentence=not args.no_sentence)
     return print_answer(prediction, assembly, args.json)
 
 
@@ -91,18 +94,24 @@ def status(message: str) -> None:
 
 
 def answer_question(assembly, db: str, question: str, evidence: str, mode: str, use_kb: bool,
-                    status: Callable[[str], None] = status):
-    """Answer ``question`` over ``db`` with the assembled program (``experiments.assembly``)."""
+                    status: Callable[[str], None] = status, sentence: bool = True):
+    """Answer ``question`` over ``db`` with the assembled program (``experiments.assembly``);
+    ``sentence``: tell a verified answer in a sentence (``programs.answer_sentence``)."""
     from reflect_sql.db import open_engine
 
     with open_engine(db, assembly.settings) as engine:
         retriever = open_retriever(assembly.settings, engine, db, use_kb, status)
         try:
-            return assembly.program(engine, retriever, mode)(question=question, evidence=evidence)
+            prediction = assembly.program(engine, retriever, mode)(question=question, evidence=evidence)
         finally:
             close = getattr(retriever, "close", None)
             if close is not None:
                 close()
+    if sentence:
+        from reflect_sql.programs.answer_sentence import AnswerSentence
+
+        prediction = AnswerSentence(assembly.settings, assembly.generator_lm)(question=question, prediction=prediction)
+    return prediction
 
 
 def print_answer(prediction, assembly, as_json: bool) -> int:
@@ -123,7 +132,7 @@ WIDTH = 80  # the trace and the result table are laid out for an 80-column termi
 # Short names of the loops for the one-line trace, and the scores each line shows.
 LOOP_NAMES = {"retrieval": "retrieve", "synthesis.generate": "generate", "synthesis.syntax": "compile",
               "synthesis.schema_repair": "schema-fix", "synthesis.semantic": "semantic", "entailment": "entail",
-              "execution": "execute", "enrichment": "enrich", "result": "result"}
+              "execution": "execute", "enrichment": "enrich", "result": "result", "answer": "answer"}
 SCORE_PARTS = {"retrieval": ("R", "C", "score"), "synthesis.semantic": ("C", "G", "J", "Q", "S"),
                "entailment": ("E_schema", "E_data", "E")}
 SCORE_LABELS = {"score": "=", "S": "=", "E": "=", "E_schema": "Es", "E_data": "Ed"}
@@ -180,6 +189,9 @@ def show(answer: dict[str, Any], retrieved: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=max(WIDTH, Console().width), highlight=False)
+    if answer.get("answer"):
+        label = "" if answer.get("answer_source") == "model" else " (the result, rendered plainly)"
+        console.print(f"[bold]{escape(answer['answer'])}[/bold]{label}", soft_wrap=True)
     if answer["sql"]:
         console.print("[bold]SQL[/bold]")
         console.print(escape(answer["sql"]), soft_wrap=True)

@@ -45,9 +45,22 @@ def school_db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def settings() -> Settings:
+def pgvector_url(tmp_path_factory) -> str:
+    """A throwaway PostgreSQL with pgvector (the PyPI package pgserver bundles both), stopped at the end."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgvector"), cleanup_mode="delete")
+    yield server.get_uri()
+    server.cleanup()
+
+
+@pytest.fixture(scope="session", params=["chroma", "pgvector"])
+def settings(request) -> Settings:
+    """Every KB test that builds with these settings runs on both vector stores."""
     # These tests pin the paper's k/m pruning, which the default budget would skip on schemas this
     # small (every one fits it); test_context_budget.py tests the budget itself.
+    if request.param == "pgvector":
+        return Settings(context_budget_tokens=0, kb_store="pgvector", kb_store_url=request.getfixturevalue("pgvector_url"))
     return Settings(context_budget_tokens=0)
 
 

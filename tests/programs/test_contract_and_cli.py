@@ -14,6 +14,7 @@ from reflect_sql.signatures.retrieval_judge import RetrievalJudge
 from reflect_sql.signatures.semantic_judge import SemanticJudge
 
 GOOD = "SELECT name, CAST(returns AS REAL) / orders AS return_rate FROM stores WHERE orders > 0"
+SENTENCE = "North returns 30% of its orders and East 25%."
 
 
 def test_prediction_fields_and_json_form(run, helpers):
@@ -65,7 +66,8 @@ def scripted_lms(monkeypatch, helpers):
 
     def configure(settings):
         made["settings"] = settings
-        made["generator"] = helpers.ScriptedLM(helpers.Script(GenerateSQL={"sql": GOOD}), model="scripted/gen")
+        made["generator"] = helpers.ScriptedLM(helpers.Script(GenerateSQL={"sql": GOOD}, WriteAnswer={"answer": SENTENCE}),
+                                                model="scripted/gen")
         made["judge"] = helpers.ScriptedLM(helpers.Script(), model="scripted/judge")
         return made["generator"], made["judge"]
 
@@ -77,10 +79,13 @@ def test_ask_json_prints_exactly_the_contract(db_path, scripted_lms, capsys):
     code = main(["ask", "--db", db_path, "--json", "What is the return rate of each store?"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert list(out) == ["sql", "columns", "rows", "scores", "trace", "cost"]
+    assert list(out) == ["sql", "columns", "rows", "scores", "trace", "cost", "answer", "answer_source"]
     assert out["sql"] == GOOD and out["rows"] == [["North", 0.3], ["East", 0.25]]
-    # Without --kb-dir the whole schema is the context: no retrieval judge, as nothing could widen it.
-    assert out["cost"]["lm_calls"] == 3
+    assert out["answer"] == SENTENCE and out["answer_source"] == "model"
+    # Without --kb-dir the whole schema is the context: no retrieval judge, as nothing could widen it;
+    # the fourth call is the generator's sentence, after the entailment check passed.
+    assert out["cost"]["lm_calls"] == 4
+    assert [n for n, _ in scripted_lms["generator"].calls] == ["GenerateSQL", "WriteAnswer"]
     assert {n for n, _ in scripted_lms["judge"].calls} == {"SemanticJudge", "EntailmentJudge"}
 
 
@@ -93,22 +98,25 @@ def test_ask_flags_turn_the_loops_off(db_path, scripted_lms, capsys):
     assert not (s.use_retrieval_loop or s.use_syntax_reflection or s.use_semantic_reflection or s.use_entailment or s.use_enrichment)
     assert scripted_lms["judge"].calls == [] and out["cost"]["lm_calls"] == 1
     assert out["scores"] == {"retrieval": None, "semantic": None, "entailment": None}
+    # Nothing was entailed, so nothing is told in words.
+    assert out["answer"] is None and out["answer_source"] is None
 
 
 def test_ask_single_pass_mode(db_path, scripted_lms, capsys):
     assert main(["ask", "--db", db_path, "--json", "--mode", "single-pass", "What is the return rate of each store?"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [s["loop"] for s in out["trace"]] == ["retrieval", "synthesis.generate", "execution"]
+    assert [s["loop"] for s in out["trace"]] == ["retrieval", "synthesis.generate", "execution", "answer"]
 
 
 def test_ask_prints_the_answer_the_sql_and_the_trace(db_path, scripted_lms, capsys):
     assert main(["ask", "--db", db_path, "What is the return rate of each store?"]) == 0
     text = capsys.readouterr().out
     for expected in ("SQL", "CAST(returns AS REAL)", "North", "0.30", "Trace", "retrieve", "semantic",
-                     "entail", "cost: 3 LM calls"):  # no retrieval judge over the whole schema
+                     "entail", SENTENCE, "cost: 4 LM calls"):  # no retrieval judge over the whole schema
         assert expected in text, expected
     # The SQL is printed whole on its own line; the trace is one line per step within 80 columns.
     assert "SELECT name, CAST(returns AS REAL) / orders AS return_rate FROM stores WHERE orders > 0" in text.splitlines()
+    assert text.splitlines()[0] == SENTENCE  # the sentence comes first
     trace = text.split("Trace")[1].splitlines()[1:]
     steps = [line for line in trace if line[:1].isdigit()]
     assert len(steps) >= 4 and all(len(line) <= 80 for line in steps)

@@ -26,7 +26,7 @@ def test_threads_ask_while_enrichment_writes(sqlite_target, tmp_path, ledger, en
     from reflect_sql.kb.enrich import enrich, history
     from reflect_sql.kb.model import KnowledgeBase
     from reflect_sql.kb.retrieve import Retriever
-    from reflect_sql.kb.store import Store
+    from reflect_sql.kb.store import open_store as Store
     from reflect_sql.kb.versions import KBDir
     from reflect_sql.lm.adapters import make_adapter
     from reflect_sql.lm.scripted import ScriptedLM

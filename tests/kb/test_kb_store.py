@@ -1,0 +1,79 @@
+"""The two vector stores behind one interface: the same similarities, and a KB that moves between
+them by a rebuild with the other ``kb_store``."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from reflect_sql.kb.build import build_kb
+from reflect_sql.kb.documents import GLOBAL, collection_for_table
+from reflect_sql.kb.embedding import embed
+from reflect_sql.kb.pgvector_store import PgVectorStore
+from reflect_sql.kb.retrieve import Retriever
+from reflect_sql.kb.store import ChromaStore, open_store
+from reflect_sql.settings import Settings
+
+
+@pytest.fixture
+def both(school_db, tmp_path, pgvector_url):
+    """(chroma settings, pgvector settings, KB dir built on chroma)."""
+    chroma = Settings(context_budget_tokens=0)
+    pg = Settings(context_budget_tokens=0, kb_store="pgvector", kb_store_url=pgvector_url)
+    build_kb(str(school_db), tmp_path / "kb", chroma)
+    return chroma, pg, tmp_path / "kb"
+
+
+def test_a_rebuild_moves_the_kb_to_the_other_store_and_reads_follow_the_manifest(both, school_db):
+    chroma, pg, kb_dir = both
+    assert isinstance(open_store(kb_dir), ChromaStore)
+    query = embed(["Which students take thermodynamics?"])[0]
+    on_chroma = {name: open_store(kb_dir).similarities(name, query)
+                 for name in (GLOBAL, collection_for_table("student"), collection_for_table("course"))}
+
+    report = build_kb(str(school_db), kb_dir, pg)
+    assert report.embedded == 4 + 14 and not report.new_version  # same content, all of it embedded again
+    manifest = json.loads((kb_dir / "index.json").read_text())
+    assert manifest["store"] == "pgvector" and manifest["url"] == pg.kb_store_url
+    store = open_store(kb_dir)  # no settings: the manifest decides
+    assert isinstance(store, PgVectorStore)
+    for name, expected in on_chroma.items():
+        got = store.similarities(name, query)
+        assert list(got) == list(expected)  # the same order
+        assert all(abs(got[i] - expected[i]) < 1e-5 for i in expected)
+    assert list(store.similarities(GLOBAL, query, n=2)) == list(on_chroma[GLOBAL])[:2]
+    assert build_kb(str(school_db), kb_dir, pg).embedded == 0  # an unchanged rebuild embeds nothing
+    retriever = Retriever(kb_dir, Settings(context_budget_tokens=0))
+    assert isinstance(retriever.store, PgVectorStore)
+    assert {"student", "course"} <= set(retriever.retrieve("Which students take thermodynamics?", k=3, m=3).tables)
+    retriever.close()
+
+
+def test_each_kb_directory_keeps_its_own_rows(both, school_db, tmp_path):
+    _, pg, kb_dir = both
+    build_kb(str(school_db), kb_dir, pg)
+    copy = tmp_path / "copy"
+    shutil.copytree(kb_dir, copy)
+    # The copy's rows would be its original's: its manifest is not up to date until it is rebuilt.
+    assert not open_store(copy).up_to_date({}) and open_store(copy).similarities(GLOBAL, embed(["x"])[0]) == {}
+    assert build_kb(str(school_db), copy, pg).embedded == 4 + 14
+    assert len(open_store(copy).similarities(GLOBAL, embed(["x"])[0])) == 4
+
+
+def test_a_local_server_forgets_the_users_that_died(tmp_path):
+    """A process killed before pgserver's exit hook would keep the local server running for ever."""
+    import os
+    import subprocess
+    import sys
+
+    from reflect_sql.kb.pgvector_store import forget_dead_users
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / ".handle_pids.json").write_text(json.dumps([int(dead.stdout), os.getpid()]))
+    forget_dead_users(tmp_path)
+    assert json.loads((tmp_path / ".handle_pids.json").read_text()) == [os.getpid()]
+    empty = tmp_path / "new"
+    empty.mkdir()
+    forget_dead_users(empty)
+    assert list(empty.iterdir()) == []  # initdb refuses a data directory that is not empty
