@@ -2,7 +2,7 @@
 OpenAI-compatible server is (lm: openai/<model>, lm_api_base): `ask` and a 3-question `eval` with
 threads 2 answer as the in-process engine does at temperature 0, and cost accounting (tokens,
 seconds, cached prompt tokens) comes through. One model process at a time: the in-process runs end
-before the server starts. Prints the wall time of the served eval on 1 and on 2 threads."""
+before the server starts. Prints the wall time of the served eval on 2 threads."""
 from __future__ import annotations
 
 import json
@@ -54,7 +54,9 @@ def shop(tmp_path_factory) -> Path:
 
 def _config(root: Path, path: Path, threads: int, **settings) -> Path:
     path.write_text(json.dumps({
-        "name": path.stem, "dataset": {"format": "bird", "root": str(root)}, "threads": threads,
+        # The eval runs single-pass (one call a question) to keep `make test` in CI's time; `ask`
+        # runs every loop and its judges through the server.
+        "name": path.stem, "mode": "single-pass", "dataset": {"format": "bird", "root": str(root)}, "threads": threads,
         "kb": {"enabled": False}, "mlflow": {"enabled": False}, "settings": {**SETTINGS, **settings}}))
     return path
 
@@ -117,7 +119,7 @@ def test_served_model_answers_ask_and_a_threaded_eval_like_the_in_process_engine
     assert served_answer["cost"]["prompt_tokens"] == local_answer["cost"]["prompt_tokens"]
 
     walls = {}
-    for threads in (2, 1):
+    for threads in (2,):  # threads 1 vs 2 wall times were measured once, for the issue, not per test run
         out = work / f"served-{threads}"
         started = time.perf_counter()
         done = _cli("eval", str(_config(shop, work / f"served{threads}.yaml", threads, **served_lm)), "--out", str(out),
@@ -130,5 +132,5 @@ def test_served_model_answers_ask_and_a_threaded_eval_like_the_in_process_engine
         for key in ("lm_calls", "prompt_tokens", "completion_tokens"):  # the same prompts, the same replies
             assert cost[key] == expected[key], (key, cost, expected)
         assert cost["cached_prompt_tokens"] > 0 and cost["lm_seconds"] > 0  # what llama.cpp's server reports
-    print(f"\nserved {MODEL}, 3-question eval: threads 1 {walls[1]:.1f} s, threads 2 {walls[2]:.1f} s "
+    print(f"\nserved {MODEL}, 3-question single-pass eval: threads 2 {walls[2]:.1f} s "
           f"(in-process threads 1: {inprocess['wall_seconds']:.1f} s evaluating)")
