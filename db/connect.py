@@ -24,6 +24,6 @@ def open_engine(db: str | Path, settings: Settings | None = None) -> Engine:
     if not path.is_file():
         what = "is a directory, not a SQLite file" if path.is_dir() else "does not exist"
         raise ConnectionFailed(f"database {path} {what} (give a SQLite file path or a postgresql:// URL)")
-    from reflect_sql.db.sqlite import SQLiteEngine
+    from reflect_sql.db.sqlite import SQLiteEngine  # its sqlglot gate loads with the first engine, not with db
 
     return SQLiteEngine(path, settings)

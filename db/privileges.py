@@ -72,7 +72,7 @@ def read_only_role_sql(url: str, role: str) -> str:
 
     Without a ``schema=`` in ``url`` the role reads every table of the database (``pg_read_all_data``,
     PostgreSQL 14 or later); with one, only that schema's tables, present and future."""
-    from reflect_sql.db.postgres import split_schema
+    from reflect_sql.db.postgres import split_schema  # db.postgres imports this module
 
     role = role.strip()
     if not role:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from reflect_sql.db.base import EngineError
+from reflect_sql.db.connect import is_postgres_url, open_engine
 from reflect_sql.errors import UserError
 from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
@@ -93,6 +95,7 @@ def _base_document(db: str, schema: Schema, notes, names, pairs, glossary, warni
                       for fk in schema.foreign_keys],
         terms=dict(glossary.terms), aliases=dict(glossary.aliases),
     )
+    # sqlglot loads only when a build has work to do: an unchanged rebuild returns before this.
     from reflect_sql.kb.usage import UsageError, sql_usage
 
     mapping = kb.sqlglot_mapping()
@@ -142,8 +145,6 @@ def read_values(engine: Engine, kb: KnowledgeBase, warnings: list[str], cap: int
                 capped: list[str] | None = None) -> list[tuple[str, str, str]]:
     """Distinct text values of every indexable column, at most ``cap`` per column; a column that
     reaches the cap is appended to ``capped`` as "table.column"."""
-    from reflect_sql.db.base import EngineError
-
     rows: list[tuple[str, str, str]] = []
     for table in kb.tables:
         for column in table.columns:
@@ -190,8 +191,6 @@ def sync_indexes(kb_dir: Path, kb: KnowledgeBase, values: list[tuple[str, str, s
 
 def canonical_db(db: str) -> str:
     """An absolute path for a database file, so the KB can be reused from any directory."""
-    from reflect_sql.db.connect import is_postgres_url
-
     if not is_postgres_url(db) and Path(db).exists():
         return str(Path(db).resolve())
     return db
@@ -331,7 +330,5 @@ def build_kb(db: str, kb_dir: str | Path, settings: Settings | None = None, *,
         report = _unchanged(kb_dir, db, signature, start, settings)
         if report is not None:
             return report
-    from reflect_sql.db import open_engine
-
     with open_engine(db, settings) as engine:
         return build_from_engine(engine, db, kb_dir, settings, describer=describer, signature=signature, **inputs)

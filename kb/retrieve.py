@@ -326,6 +326,7 @@ class Retriever:
     # --- scoring ---------------------------------------------------------------------------
 
     def _embed(self, text: str):
+        # kb.embedding brings chromadb and, on first use, torch: a retriever never asked loads neither.
         from reflect_sql.kb.embedding import embed
 
         return embed([text])[0]

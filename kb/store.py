@@ -47,6 +47,8 @@ def client(kb_path: Path):
     """One PersistentClient per directory per process (chroma refuses differing settings twice)."""
     key = str((kb_path / CHROMA_DIR).resolve())
     if key not in _clients:
+        # chromadb and the embedder (kb.embedding) load where used: an unchanged rebuild and a
+        # pgvector KB never need them.
         import chromadb
         from chromadb.config import Settings as ChromaSettings
 
@@ -95,7 +97,7 @@ def open_store(kb_path: str | Path, settings: "Settings | None" = None):
     manifest = read_manifest(path)
     kind = settings.kb_store if settings is not None else manifest.get("store", "chroma")
     if kind == "pgvector":
-        from reflect_sql.kb.pgvector_store import PgVectorStore, url_of
+        from reflect_sql.kb.pgvector_store import PgVectorStore, url_of  # pgserver and psycopg: pgvector KBs only
 
         return PgVectorStore(path, url_of(settings) if settings is not None else manifest.get("url"))
     return ChromaStore(path)

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+from reflect_sql.errors import UserError
 from reflect_sql.files import atomic_file
 from reflect_sql.lm.failures import LMFailure
 
@@ -70,8 +71,6 @@ class Cassette:
         self.directory = Path(directory).expanduser()
         self.mode = mode
         if mode == "replay" and not self.directory.is_dir():
-            from reflect_sql.errors import UserError
-
             raise UserError(f"replay cassette not found: {self.directory} is not a directory")
         if mode == "record":
             self.directory.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ load_count = 0  # how many servers this process has started; tests assert replay
 def server_params(path: Path, n_ctx: int, threads: int, parallel: int = 1):
     """llama.cpp's server parameters, the same in this process and behind ``serve``'s HTTP port, so
     that both answer alike."""
-    import xllamacpp
+    import xllamacpp  # llama.cpp's native library: loaded when a model is, not by every importer of lm
 
     params = xllamacpp.CommonParams()
     params.model.path = str(path)
@@ -85,7 +85,7 @@ def serve(model: str, model_dir: str | os.PathLike, *, port: int, n_ctx: int = 4
     """The embedded model behind llama.cpp's own HTTP server (OpenAI-compatible, ``/v1``) on
     ``host:port``, listening until the returned server is gone. ``parallel`` > 1 decodes that many
     requests together: faster for concurrent callers, but a batch's numerics differ from one request's."""
-    import xllamacpp
+    import xllamacpp  # as in server_params
 
     params = server_params(ensure_model(model, model_dir), n_ctx, threads, parallel)
     params.hostnames = [host]

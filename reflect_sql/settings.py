@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reflect_sql.files import read_yaml_mapping
 from reflect_sql.signatures.scales import ENTAILMENT_SCALE, RETRIEVAL_SCALE, SEMANTIC_SCALE
 
 ENV_PREFIX = "REFLECT_SQL_"
@@ -253,8 +254,6 @@ def _format_validation_error(err: ValidationError, origin: Mapping[str, str]) ->
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    from reflect_sql.files import read_yaml_mapping
-
     data = read_yaml_mapping(path, "config file", SettingsError)
     # Experiment configs may carry other sections (dataset, variants); settings live under `settings:`
     # there, or at the top level in a plain settings file.

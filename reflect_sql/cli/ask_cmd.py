@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any, Callable
 
-from reflect_sql.cli.common import DB_HELP, add_json_arg, add_program_arg, add_settings_args, settings_from_args
+from reflect_sql.cli.common import DB_HELP, add_json_arg, add_program_arg, add_settings_args, notice, settings_from_args
 
 
 def register(subparsers) -> None:
@@ -90,7 +89,7 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def status(message: str) -> None:
-    print(message, file=sys.stderr)
+    notice(message)  # the CLI's one notice style
 
 
 def answer_question(assembly, db: str, question: str, evidence: str, mode: str, use_kb: bool,

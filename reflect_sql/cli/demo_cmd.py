@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from reflect_sql.cli.common import add_program_arg
+from reflect_sql.cli.common import add_json_arg, add_program_arg, add_settings_args
 
 # The paper's section 8 examples, by question_id in the scenario's questions.json.
 PAPER_QUESTIONS = "0,2,1"
@@ -26,10 +26,9 @@ def register(subparsers) -> None:
     parser.add_argument("--mode", choices=["reflect", "single-pass"], default="reflect")
     parser.add_argument("--lm", metavar="M", help="generator LM (default: the settings' lm)")
     parser.add_argument("--judge-lm", metavar="M", help="judge LM (default: the generator's model)")
-    parser.add_argument("--json", action="store_true", help="print each answer as JSON")
+    add_json_arg(parser, "print each answer as JSON")
     add_program_arg(parser)
-    parser.add_argument("--config", metavar="F", help="YAML settings file")
-    parser.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE")
+    add_settings_args(parser)
     parser.set_defaults(func=_demo)
 
 
