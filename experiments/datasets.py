@@ -42,6 +42,8 @@ class Question:
     db_path: Path
     descriptions_dir: Path | None
     tables_json: Path | None
+    #: ``<db dir>/glossary.yaml`` when the database has one (business terms and value aliases).
+    glossary: Path | None = None
 
     @property
     def key(self) -> str:
@@ -160,6 +162,7 @@ def load_questions(
         seen_ids.add(str(qid))
         db_dir = db_root / db_id
         descriptions = db_dir / "database_description"
+        glossary = db_dir / "glossary.yaml"
         out.append(
             Question(
                 question_id=qid,
@@ -172,6 +175,7 @@ def load_questions(
                 db_path=db_dir / f"{db_id}.sqlite",
                 descriptions_dir=descriptions if descriptions.is_dir() else None,
                 tables_json=tables,
+                glossary=glossary if glossary.is_file() else None,
             )
         )
 

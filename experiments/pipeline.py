@@ -55,7 +55,8 @@ class PipelineFactory:
             run_copy = self.out / "kb" / q.db_id
             if not (self.settings.use_enrichment and run_copy.exists()):
                 build_kb(str(q.db_path), cache, self.settings,
-                         descriptions=q.descriptions_dir, tables_json=q.tables_json, db_id=q.db_id)
+                         descriptions=q.descriptions_dir, tables_json=q.tables_json, glossary=q.glossary,
+                         db_id=q.db_id)
             target = cache
             if self.settings.use_enrichment:
                 if not run_copy.exists():

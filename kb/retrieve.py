@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from reflect_sql.db.schema import ForeignKey
 from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATABASE, ContextColumn, ContextTable,
@@ -116,6 +117,17 @@ def _shared_prefix(a: str, b: str) -> int:
             break
         n += 1
     return n
+
+
+def _mentions(text: str, word: str) -> bool:
+    """Whether ``text`` uses the glossary word ``word``, as whole words and ignoring case. A word
+    written with accents must match them: in Vietnamese they tell words apart ("lâu", long, is not
+    "lẩu", hotpot). One written without them matches either way ("pho" in "phở bò")."""
+    if word.isascii():
+        return f" {fold(word)} " in f" {fold(text)} "
+    def accented(s: str) -> str:
+        return " " + " ".join(re.findall(r"\w+", unicodedata.normalize("NFC", s).casefold())) + " "
+    return accented(word) in accented(text)
 
 
 class _Question:
@@ -339,11 +351,39 @@ class Retriever:
         ending = [n for n, w in words_of if w and w[-1] in ("name", "title")]
         return (exact or ending or [None])[0]
 
-    def _examples(self, vector) -> tuple[list, dict[str, float], dict[str, float]]:
-        """Nearest verified examples, and what the close ones used (lower-case names -> similarity)."""
+    def _terms_in(self, text: str) -> dict[str, str]:
+        return {t: d for t, d in self.kb.terms.items() if _mentions(text, t)}
+
+    def glossary_in(self, text: str) -> dict[str, str]:
+        """The glossary's words that ``text`` uses, with what each means: a term's meaning, or the
+        value an alias stands for. What a question's rendering in another language must keep."""
+        found = self._terms_in(text)
+        for alias, value in self.kb.aliases.items():
+            if alias not in found and _mentions(text, alias):
+                found[alias] = value
+        return found
+
+    def _similarities(self, collection: str, vectors: list) -> dict[str, float]:
+        """Each document's cosine similarity to the closest of ``vectors``."""
+        merged = self.store.similarities(collection, vectors[0])
+        for vector in vectors[1:]:
+            for name, sim in self.store.similarities(collection, vector).items():
+                merged[name] = max(merged.get(name, sim), sim)
+        return merged
+
+    def _examples(self, vectors: list) -> tuple[list, dict[str, float], dict[str, float]]:
+        """Nearest verified examples to any of ``vectors``, and what the close ones used (lower-case
+        names -> similarity)."""
         if not self.kb.examples:
             return [], {}, {}
-        hits = self.store.example_hits(vector, max(self.weights.examples_shown, 5))
+        wanted = max(self.weights.examples_shown, 5)
+        best: dict[str, tuple] = {}
+        for vector in vectors:
+            for hit in self.store.example_hits(vector, wanted):
+                key = hit[2].get("sql", "")
+                if key not in best or hit[1] > best[key][1]:
+                    best[key] = hit
+        hits = sorted(best.values(), key=lambda h: -h[1])[:wanted]
         by_sql = {e.sql: e for e in self.kb.examples}
         tables: dict[str, float] = {}
         columns: dict[str, float] = {}
@@ -357,8 +397,13 @@ class Retriever:
                 columns[c.lower()] = max(columns.get(c.lower(), 0.0), sim)
         return hits, tables, columns
 
-    def retrieve(self, question: str, k: int | None = None, m: int | None = None, evidence: str = "") -> SchemaContext:
-        """The schema context for ``question`` (``evidence``, BIRD's hint, is searched with it)."""
+    def retrieve(self, question: str, k: int | None = None, m: int | None = None, evidence: str = "",
+                 renderings: Sequence[str] = ()) -> SchemaContext:
+        """The schema context for ``question`` (``evidence``, BIRD's hint, is searched with it).
+
+        ``renderings``: the question said otherwise (its English rendering when it was asked in
+        another language). Each is searched too, and the hits merge: a name, value or term found
+        in any text counts, and each table's and column's similarity is its best over the texts."""
         w, st = self.weights, self.settings
         k = st.k_tables if k is None else int(k)
         m = st.m_columns if m is None else int(m)
@@ -366,17 +411,26 @@ class Retriever:
             raise ValueError(f"k must be >= 1 and m >= 0 (got k={k}, m={m})")
         margin = w.table_margin + w.margin_per_step * max(0, k - st.k_tables) / max(1, st.k_growth)
         floor = w.column_floor - w.floor_per_step * max(0, m - st.m_columns) / max(1, st.m_growth)
-        text = f"{question} {evidence}".strip()
+        asked = f"{question} {evidence}".strip()
+        renderings = [r for r in renderings if r and r.strip() and r.strip() != question.strip()]
+        everything = " ".join([asked, *renderings])
+        terms = self._terms_in(everything)
+        # A glossary term the question uses is searched with what it means: the meaning names the
+        # tables, columns and values in the schema's own language ("chờ món" -> kitchen_tickets,
+        # served_at), which the question, asked in another language or in business words, does not.
+        meanings = list(terms.values())
+        text = " ".join([everything, *meanings])
         q = _Question(text)
-        vector = self._embed(text)
+        vectors = [self._embed(" ".join([asked, *meanings]))]
+        vectors += [self._embed(" ".join([r, evidence, *meanings]).strip()) for r in renderings]
         matches = self.values.lookup(text)
         value_of = {(v.table.lower(), v.column.lower()): v.score for v in matches}
-        hits, example_tables, example_columns = self._examples(vector)
+        hits, example_tables, example_columns = self._examples(vectors)
 
         evidence_of, named = self._lexical_evidence(q, value_of)
 
         # Step 1: tables.
-        table_sim = self.store.similarities(GLOBAL, vector)
+        table_sim = self._similarities(GLOBAL, vectors)
         scores: dict[str, float] = {}
         strong: dict[str, bool] = {}
         for t in self.kb.tables:
@@ -395,13 +449,12 @@ class Retriever:
 
         shown_examples = [ExampleHit(meta.get("text", ""), meta.get("sql", ""), sim) for _, sim, meta in hits
                           if sim >= w.example_show_similarity][: w.examples_shown]
-        terms = {t: d for t, d in self.kb.terms.items() if f" {fold(t)} " in f" {fold(text)} "}
 
         similarities: dict[str, dict[str, float]] = {}  # per table, queried once whichever contexts are tried
 
         def column_similarities(table: str) -> dict[str, float]:
             if table not in similarities:
-                similarities[table] = self.store.similarities(collection_for_table(table), vector)
+                similarities[table] = self._similarities(collection_for_table(table), vectors)
             return similarities[table]
 
         def context(tables: list[str], every_column: bool, pruned: str) -> SchemaContext:

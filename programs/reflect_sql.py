@@ -24,6 +24,7 @@ from reflect_sql.programs.enrichment import enrich
 from reflect_sql.programs.entailment_loop import EntailmentLoop, execute
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import cost_of
+from reflect_sql.programs.language import QuestionRenderer
 from reflect_sql.programs.retrieval_loop import RetrievalLoop, RetrievalState
 from reflect_sql.programs.retriever import ContextProvider
 from reflect_sql.programs.selection import select
@@ -39,6 +40,7 @@ class ReflectSQL(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = Handles(engine, retriever, generator_lm, judge_lm)
+        self.renderer = QuestionRenderer(self.handles)
         self.retrieval_loop = RetrievalLoop(settings, self.handles)
         self.synthesis_loop = SynthesisLoop(settings, self.handles)
         self.entailment_loop = EntailmentLoop(settings, self.handles)
@@ -81,7 +83,8 @@ class ReflectSQL(dspy.Module):
 
     def _loops(self, question: str, evidence: str, trace: Trace, pool: CandidatePool) -> tuple[Candidate | None, Any, bool]:
         s = self.settings
-        state = RetrievalState(question, s.k_tables, s.m_columns)
+        renderings = self.renderer.renderings(question, trace) if s.render_questions else ()
+        state = RetrievalState(question, s.k_tables, s.m_columns, renderings)
         rounds = s.max_entailment_iterations if s.use_entailment else 1
         best: Candidate | None = None
         context = None

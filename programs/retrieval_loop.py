@@ -10,6 +10,7 @@ from reflect_sql.programs.invoke import call_predictor, make_judge
 from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.sql_text import reads_as_sql
 from reflect_sql.programs.handles import Handles
+from reflect_sql.programs.retriever import retrieve
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
 from reflect_sql.signatures.retrieval_judge import RetrievalJudge
@@ -27,6 +28,7 @@ class RetrievalState:
     query: str
     k: int
     m: int
+    renderings: tuple[str, ...] = ()  # the question said in English, when it was asked in another language
 
 
 @dataclass
@@ -48,7 +50,7 @@ class RetrievalLoop(Loop):
         iterations = s.max_retrieval_iterations if s.use_retrieval_loop else 1
         best: RetrievalOutcome | None = None
         for it in range(iterations):
-            context = self.handles.retriever.retrieve(state.query, state.k, state.m, evidence=evidence or "")
+            context = retrieve(self.handles.retriever, state.query, state.k, state.m, evidence, state.renderings)
             step = trace.add(TraceStep(
                 "retrieval", round, it,
                 inputs={"query": state.query, "k": state.k, "m": state.m, "diagnosis": diagnosis or None,

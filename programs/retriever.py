@@ -1,6 +1,7 @@
 """What the loops need from a knowledge base, and a KB-less stand-in that serves a whole Schema.
 
-The loops only ever call ``retrieve(question, k, m, evidence=...)`` and read ``tables``,
+The loops only ever call ``retrieve(question, k, m, evidence=...)`` (plus ``renderings=`` for a question
+not in English: its English rendering, to search with too) and read ``tables``,
 ``columns`` and ``render()`` of what comes back (plus ``examples`` when present). ``enrich`` is
 optional: a retriever without it simply has nothing to learn into. So is ``extend(context,
 {table: [column, ...]})``, by which schema-grounded repair adds a table retrieval missed; without
@@ -32,6 +33,15 @@ class ContextProvider(Protocol):
 @runtime_checkable
 class Enricher(Protocol):
     def enrich(self, question: str, sql: str, result: Any, judgments: dict[str, Any]) -> Any: ...
+
+
+def retrieve(provider: ContextProvider, query: str, k: int, m: int, evidence: str = "",
+             renderings: tuple[str, ...] = ()) -> RetrievedContext:
+    """``provider.retrieve``, with the question's renderings only when there are any: a provider that
+    takes none (a whole-schema one, a test's) is only ever given them for a question not in English."""
+    if renderings:
+        return provider.retrieve(query, k, m, evidence=evidence or "", renderings=renderings)
+    return provider.retrieve(query, k, m, evidence=evidence or "")
 
 
 def render_examples(context: Any, rendered: str = "") -> str:
@@ -110,7 +120,7 @@ class SchemaRetriever:
     def __init__(self, schema: Schema):
         self.schema = schema
 
-    def retrieve(self, question: str, k: int, m: int, evidence: str = "") -> WholeSchemaContext:
+    def retrieve(self, question: str, k: int, m: int, evidence: str = "", renderings=()) -> WholeSchemaContext:
         return WholeSchemaContext(
             schema=self.schema,
             tables=[t.name for t in self.schema.tables],

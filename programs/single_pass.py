@@ -13,7 +13,8 @@ from reflect_sql.programs.candidate import Candidate
 from reflect_sql.programs.entailment_loop import execute
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import call_predictor, make_predictor
-from reflect_sql.programs.retriever import ContextProvider, render_examples
+from reflect_sql.programs.language import QuestionRenderer
+from reflect_sql.programs.retriever import ContextProvider, render_examples, retrieve
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
@@ -26,6 +27,7 @@ class SinglePass(dspy.Module):
         self.settings = settings
         self.handles = Handles(engine, retriever, generator_lm)
         self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
+        self.renderer = QuestionRenderer(self.handles)
 
     def forward(self, question: str, evidence: str = "") -> dspy.Prediction:
         question = require_question(question)
@@ -33,9 +35,10 @@ class SinglePass(dspy.Module):
         started = time.perf_counter()
         trace = Trace()
         with CostMeter("question") as meter:
-            context = self.handles.retriever.retrieve(question, s.k_tables, s.m_columns, evidence=evidence or "")
+            renderings = self.renderer.renderings(question, trace) if s.render_questions else ()
+            context = retrieve(self.handles.retriever, question, s.k_tables, s.m_columns, evidence, renderings)
             trace.add(TraceStep("retrieval", 0, 0, decision="retrieved once (single pass)",
-                                inputs={"query": question, "k": s.k_tables, "m": s.m_columns,
+                                inputs={"query": question, "k": s.k_tables, "m": s.m_columns, "renderings": list(renderings),
                                         "tables": list(context.tables), "columns": len(context.columns)}))
             schema_text = context.render()
             call = call_predictor(

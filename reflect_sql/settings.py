@@ -124,6 +124,11 @@ class Settings(BaseModel):
     beta: float = Field(0.2, ge=0.0, le=1.0, description="E = beta*E_schema + (1-beta)*E_data.")
     max_entailment_iterations: int = Field(2, ge=1, description="Cap on execute-and-judge rounds.")
 
+    # --- Language of the question (programs/language.py) ---
+    render_questions: bool = Field(True, description="A question not in English (detected by its letters, no LM "
+                                   "call) is also said in English by the generator LM, once, and retrieval searches "
+                                   "with both texts; an English question never costs the call.")
+
     # --- Ablation switches ---
     use_retrieval_loop: bool = True
     use_syntax_reflection: bool = True

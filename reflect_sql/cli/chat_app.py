@@ -50,8 +50,8 @@ class HeldEnrichment:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def retrieve(self, question: str, k: int, m: int, evidence: str = "") -> Any:
-        return self._inner.retrieve(question, k, m, evidence)
+    def retrieve(self, question: str, k: int, m: int, evidence: str = "", **renderings: Any) -> Any:
+        return self._inner.retrieve(question, k, m, evidence, **renderings)
 
     def enrich(self, question: str, sql: str, result: Any, judgments: dict, evidence: str = "") -> dict[str, Any]:
         self.held = {"question": question, "sql": sql, "result": result, "judgments": dict(judgments),

@@ -304,3 +304,52 @@ def test_glossary_aliases_and_ids_point_at_the_data(sqlite_engine):
             assert categories[int(cat_id)] in meaning, (term, cat_id)
     assert checked >= 5
     assert REFERENCE_NOW in glossary.terms["now"]
+
+
+# --------------------------------------------------------------------------- as a BIRD dataset
+
+def test_the_scenario_as_a_bird_dataset_root_with_its_twins(sr_db, tmp_path, capsys):
+    from reflect_sql.cli import main
+    from reflect_sql.experiments.datasets import load_dataset
+    from reflect_sql.experiments.smartrestaurant.bird_layout import twin_pairs
+
+    db_dir = tmp_path / "twins" / "dev_databases" / DB_ID
+    db_dir.mkdir(parents=True)
+    (db_dir / f"{DB_ID}.sqlite").write_bytes(sr_db["path"].read_bytes())  # kept: same seed
+    assert main(["demo-db", "create", "--dataset", str(tmp_path / "twins"), "--twins"]) == 0
+    entries = json.loads((tmp_path / "twins" / "dev.json").read_text(encoding="utf-8"))
+    everything = json.loads(QUESTIONS.read_text(encoding="utf-8"))
+    assert len(entries) == 2 * sum(e["lang"] == "vi" for e in everything) == 2 * len(twin_pairs(everything))
+    for english, vietnamese in zip(entries[::2], entries[1::2]):
+        assert (english["lang"], vietnamese["lang"]) == ("en", "vi")
+        assert " ".join(english["SQL"].split()) == " ".join(vietnamese["SQL"].split())
+    questions = load_dataset("bird", tmp_path / "twins")
+    assert len(questions) == len(entries)
+    q = questions[0]
+    assert q.db_path.is_file() and q.glossary == db_dir / "glossary.yaml"
+    assert q.glossary.read_text(encoding="utf-8") == GLOSSARY.read_text(encoding="utf-8")
+    assert sorted(p.name for p in q.descriptions_dir.iterdir()) == sorted(p.name for p in DESCRIPTIONS_DIR.iterdir())
+
+    assert main(["demo-db", "create", "--twins"]) == 2
+    assert main(["demo-db", "create"]) == 2
+    assert "--dataset" in capsys.readouterr().err
+
+
+def test_language_report_splits_ex_by_language_and_counts_twin_agreement(tmp_path, capsys):
+    from reflect_sql.experiments.smartrestaurant.bird_layout import twin_pairs
+    from reflect_sql.experiments.smartrestaurant.language_report import main
+
+    pairs = twin_pairs(json.loads(QUESTIONS.read_text(encoding="utf-8")))[:2]
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = []
+    for i, (en, vi) in enumerate(pairs):  # pair 0: both right; pair 1: only the English one
+        for entry, correct in ((en, True), (vi, i == 0)):
+            rows.append({"question_id": entry["question_id"], "difficulty": entry["difficulty"], "correct": correct,
+                         "cost": {"lm_calls": 1 if entry["lang"] == "en" else 2, "prompt_tokens": 100, "seconds": 10.0}})
+    (run / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    assert main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "| run | en | 2 | 100.0 (2/2) |" in out and "| run | vi | 2 | 50.0 (1/2) |" in out
+    assert "| 2.00 | 100 | 10.0 |" in out  # the Vietnamese questions' extra rendering call
+    assert "2 twin pairs: both 1, en only 1, vi only 0, neither 0" in out
