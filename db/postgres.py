@@ -229,15 +229,21 @@ class PostgresEngine(Engine):
         # loop repairs those. Errors while running (division by zero, bad casts) are execution errors.
         return (SQLSyntaxError if compiling else SQLExecutionError)(message, sql=sql)
 
-    def _explain(self, cur: psycopg.Cursor, sql: str, deadline: float, timeout_s: float) -> float:
+    def _fetch_as(self, cur: psycopg.Cursor, statement: str, sql: str, deadline: float, timeout_s: float,
+                  compiling: bool, limit: int | None = None) -> tuple[list[str], list[tuple]]:
+        """``_fetch`` with PostgreSQL's errors told as the engine's (``_error``), except a lost
+        connection, which propagates for the caller's reconnect."""
         try:
-            _, rows = self._fetch(cur, _EXPLAIN + sql, deadline)
+            return self._fetch(cur, statement, deadline, limit=limit)
         except psycopg.OperationalError as exc:
             if cur.connection.closed or cur.connection.broken:
                 raise
-            raise self._error(exc, sql, True, timeout_s) from None
+            raise self._error(exc, sql, compiling, timeout_s) from None
         except psycopg.Error as exc:
-            raise self._error(exc, sql, True, timeout_s) from None
+            raise self._error(exc, sql, compiling, timeout_s) from None
+
+    def _explain(self, cur: psycopg.Cursor, sql: str, deadline: float, timeout_s: float) -> float:
+        _, rows = self._fetch_as(cur, _EXPLAIN + sql, sql, deadline, timeout_s, compiling=True)
         return float(rows[0][0][0]["Plan"]["Total Cost"])
 
     def check(self, sql: str) -> str | None:
@@ -273,14 +279,7 @@ class PostgresEngine(Engine):
                     "a join without a join condition (a Cartesian product) is the usual cause",
                     sql=sql,
                 )
-            try:
-                columns, rows = self._fetch(cur, sql, deadline, limit=max_rows + 1)
-            except psycopg.OperationalError as exc:
-                if cur.connection.closed or cur.connection.broken:
-                    raise
-                raise self._error(exc, sql, False, timeout_s) from None
-            except psycopg.Error as exc:
-                raise self._error(exc, sql, False, timeout_s) from None
+            columns, rows = self._fetch_as(cur, sql, sql, deadline, timeout_s, compiling=False, limit=max_rows + 1)
             truncated = len(rows) > max_rows
             return QueryResult(
                 columns, rows[:max_rows], truncated, time.perf_counter() - start, extra={"plan_cost": cost}

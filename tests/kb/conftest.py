@@ -44,6 +44,18 @@ def school_db(tmp_path: Path) -> Path:
     return make_school_db(tmp_path / "school.sqlite")
 
 
+@pytest.fixture()
+def school(school_db, tmp_path, settings):
+    """A retriever over the school database's KB, built with ``settings`` (so on both stores)."""
+    from reflect_sql.kb.build import build_kb
+    from reflect_sql.kb.retrieve import Retriever
+
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    retriever = Retriever(tmp_path / "kb", settings)
+    yield retriever
+    retriever.close()
+
+
 @pytest.fixture(scope="session")
 def pgvector_url(tmp_path_factory) -> str:
     """A throwaway PostgreSQL with pgvector (the PyPI package pgserver bundles both), stopped at the end."""

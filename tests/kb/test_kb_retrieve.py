@@ -7,14 +7,6 @@ from reflect_sql.kb.build import build_kb
 from reflect_sql.kb.retrieve import Retriever
 
 
-@pytest.fixture()
-def school(school_db, tmp_path, settings):
-    build_kb(str(school_db), tmp_path / "kb", settings)
-    retriever = Retriever(tmp_path / "kb", settings)
-    yield retriever
-    retriever.close()
-
-
 def test_fk_expansion_brings_in_the_bridge_of_a_two_hop_join(school):
     question = "Which students take Thermodynamics?"
     context = school.retrieve(question, k=2)

@@ -11,27 +11,19 @@ VIETNAMESE = "Mỗi sinh viên đạt bao nhiêu điểm?"
 ENGLISH = "What grade did each student get?"
 
 
-@pytest.fixture()
-def school_kb(school_db, tmp_path, settings):
-    build_kb(str(school_db), tmp_path / "kb", settings)
-    retriever = Retriever(tmp_path / "kb", settings)
-    yield retriever
-    retriever.close()
-
-
-def test_the_rendering_finds_what_the_question_alone_misses_and_the_hits_merge(school_kb):
-    alone = school_kb.retrieve(VIETNAMESE, k=2, m=2)
-    rendered = school_kb.retrieve(ENGLISH, k=2, m=2)
-    both = school_kb.retrieve(VIETNAMESE, k=2, m=2, renderings=[ENGLISH])
+def test_the_rendering_finds_what_the_question_alone_misses_and_the_hits_merge(school):
+    alone = school.retrieve(VIETNAMESE, k=2, m=2)
+    rendered = school.retrieve(ENGLISH, k=2, m=2)
+    both = school.retrieve(VIETNAMESE, k=2, m=2, renderings=[ENGLISH])
     assert "enrollment.grade" not in alone.columns
     assert "enrollment.grade" in rendered.columns
     assert "enrollment.grade" in both.columns
     assert set(rendered.tables) <= set(both.tables)
 
 
-def test_a_rendering_equal_to_the_question_changes_nothing(school_kb):
-    plain = school_kb.retrieve(ENGLISH, k=2, m=2)
-    again = school_kb.retrieve(ENGLISH, k=2, m=2, renderings=[ENGLISH, " "])
+def test_a_rendering_equal_to_the_question_changes_nothing(school):
+    plain = school.retrieve(ENGLISH, k=2, m=2)
+    again = school.retrieve(ENGLISH, k=2, m=2, renderings=[ENGLISH, " "])
     assert (plain.tables, plain.columns, plain.render()) == (again.tables, again.columns, again.render())
 
 

@@ -13,14 +13,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_scale_bench_merges_renames_and_measures(benchmarks_dir, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "retrieval_scale.py"), "--json", "--columns", "450", "--limit", "6",
+def _bench(benchmarks_dir: Path, work_dir: Path, limit: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / "retrieval_scale.py"), "--json", "--columns", "450", "--limit", str(limit),
          "--bird-root", str(benchmarks_dir / "bird"), "--spider-root", str(benchmarks_dir / "spider"),
-         "--work-dir", str(tmp_path)],
+         "--work-dir", str(work_dir)],
         capture_output=True, text=True, timeout=900,
     )
+
+
+@pytest.mark.slow
+def test_scale_bench_merges_renames_and_measures(benchmarks_dir, tmp_path):
+    proc = _bench(benchmarks_dir, tmp_path, limit=6)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert 450 <= result["columns"] < 470 and result["distractor_tables"] > 0
@@ -37,11 +41,6 @@ def test_scale_bench_merges_renames_and_measures(benchmarks_dir, tmp_path):
         assert conn.execute("SELECT count(*) FROM pragma_foreign_key_list('hero_power')").fetchone()[0] == 2
     conn.close()
     # A second run reuses the merged database and the KB.
-    again = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "retrieval_scale.py"), "--json", "--columns", "450", "--limit", "2",
-         "--bird-root", str(benchmarks_dir / "bird"), "--spider-root", str(benchmarks_dir / "spider"),
-         "--work-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=900,
-    )
+    again = _bench(benchmarks_dir, tmp_path, limit=2)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["build_fresh"] is False
