@@ -469,14 +469,9 @@ class Retriever:
         # one database share the prompt prefix the engine's cache serves.
         budget = st.context_budget_tokens
         if budget:
-            # The whole database's size hardly varies by question; only a size that may fit is worth
-            # a similarity query per table (thousands of them on a large schema).
-            if self._whole_tokens is None:
-                self._whole_tokens = estimated_tokens(SchemaContext(
-                    question="", dialect=self.kb.dialect, k=k, m=m,
-                    entries=self._entries([t.name for t in self.kb.tables], set(), scores, named, evidence_of, {},
-                                          lambda table: {}, m, floor, True)[0]).render())
-            if self._whole_tokens <= budget:
+            # Only a whole database that may fit is worth a similarity query per table (thousands
+            # of them on a large schema).
+            if self.passes_whole_database():
                 whole = context([t.name for t in self.kb.tables], True, WHOLE_DATABASE)
                 if estimated_tokens(whole.render()) <= budget:
                     return whole
@@ -485,6 +480,23 @@ class Retriever:
                 return tables_whole
         pruned = context(selected, False, TABLES_AND_COLUMNS)
         return self._trim(pruned, budget) if budget else pruned
+
+    def passes_whole_database(self) -> bool:
+        """Whether the whole database fits the context budget, so that retrieval passes it whole
+        whatever the question's words (only the values and terms it names can still add a line).
+        Its size hardly varies by question: it is estimated once, without any question's scores."""
+        budget = self.settings.context_budget_tokens
+        if not budget:
+            return False
+        if self._whole_tokens is None:
+            names = [t.name for t in self.kb.tables]
+            unscored = dict.fromkeys(names, 0.0)
+            entries, _ = self._entries(names, set(), unscored, unscored, {}, {}, lambda table: {},
+                                       self.settings.m_columns, self.weights.column_floor, True)
+            self._whole_tokens = estimated_tokens(SchemaContext(
+                question="", dialect=self.kb.dialect, k=self.settings.k_tables, m=self.settings.m_columns,
+                entries=entries).render())
+        return self._whole_tokens <= budget
 
     def columns_meaning(self, text: str, limit: int = 3) -> list[tuple[str, str, float]]:
         """The ``limit`` columns whose documents (name, description, values) mean ``text`` most,

@@ -78,6 +78,13 @@ class QuestionRenderer:
         language = detect_language(question)
         if language == ENGLISH:
             return ()
+        whole = getattr(self.handles.retriever, "passes_whole_database", None)
+        if whole is not None and whole():
+            # A whole schema goes to the prompt whatever the question says: an English rendering
+            # could not change it.
+            trace.add(TraceStep("retrieval.render", round, 0, inputs={"language": language},
+                                decision="skipped: retrieval passes the whole database"))
+            return ()
         glossary = self._glossary(question)
         call = call_predictor(self.predictor, "retrieval.render", self.handles.generator_lm,
                               question=question, language=LANGUAGE_NAMES[language],

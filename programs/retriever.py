@@ -120,6 +120,9 @@ class SchemaRetriever:
     def __init__(self, schema: Schema):
         self.schema = schema
 
+    def passes_whole_database(self) -> bool:
+        return True
+
     def retrieve(self, question: str, k: int, m: int, evidence: str = "", renderings=()) -> WholeSchemaContext:
         return WholeSchemaContext(
             schema=self.schema,

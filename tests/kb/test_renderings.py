@@ -64,3 +64,16 @@ def test_the_glossary_words_a_question_uses_with_their_meanings(school_db, tmp_p
     finally:
         retriever.close()
     assert found == {"điểm": "A student's grade: enrollment.grade", "nhiệt học": "Thermodynamics"}
+
+
+def test_whether_the_whole_database_fits_the_budget(school_db, tmp_path):
+    from reflect_sql.settings import Settings
+
+    build_kb(str(school_db), tmp_path / "kb-budget", Settings())
+    for budget, whole in ((1536, True), (40, False), (0, False)):
+        retriever = Retriever(tmp_path / "kb-budget", Settings(context_budget_tokens=budget))
+        try:
+            assert retriever.passes_whole_database() is whole, budget
+            assert (retriever.retrieve("Which students take Thermodynamics?").pruned == "none") is whole
+        finally:
+            retriever.close()

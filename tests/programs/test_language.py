@@ -131,3 +131,18 @@ def test_the_rendering_is_told_the_glossary_words_the_question_uses(engine, retr
     assert inputs["glossary"] == "cửa hàng: a store (stores)"
     (step,) = [s for s in pred.trace if s["loop"] == "retrieval.render"]
     assert step["inputs"]["glossary"] == ["cửa hàng"]
+
+
+def test_no_rendering_when_retrieval_passes_the_whole_database(engine, retriever, helpers):
+    """The KB-less retriever (and a KB whose database fits the budget) passes every table whatever
+    the question says: rendering it could change nothing, so no call is made."""
+    from reflect_sql.programs import build_program
+    from reflect_sql.lm.adapters import make_adapter
+
+    settings = helpers.Settings()
+    lm = helpers.ScriptedLM(helpers.Script(GenerateSQL={"sql": SQL}))
+    with dspy.context(lm=lm, adapter=make_adapter(settings)):
+        pred = build_program(settings, engine, retriever, mode="single-pass")(question="Có bao nhiêu cửa hàng?")
+    assert "RenderQuestion" not in helpers.calls_by_signature(lm)
+    (step,) = [s for s in pred.trace if s["loop"] == "retrieval.render"]
+    assert step["decision"] == "skipped: retrieval passes the whole database"
