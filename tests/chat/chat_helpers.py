@@ -1,8 +1,37 @@
 """Helpers of the chat tests (importlib mode cannot import conftest or a test module by name)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
+from typing import Iterator
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 in a thread; yields its base URL, stops it after."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def read_stream(client, job: str) -> list[tuple[str, dict]]:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from chat_helpers import serving
 
 pytestmark = pytest.mark.slow
 
@@ -18,30 +16,13 @@ QUESTION = "How long has table 5 been waiting for its appetizer, in minutes?"
 ARTIFACT = Path(__file__).resolve().parents[2] / "experiments" / "results" / "aria_chat.png"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def served(chat_app):
     """(base URL, script) of the chat served by uvicorn on 127.0.0.1, the question held until released."""
-    import uvicorn
-
     app, script = chat_app(hold=QUESTION)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/", script
-    script.release.set()
-    server.should_exit = True
-    thread.join(10)
+    with serving(app) as url:
+        yield url, script
+        script.release.set()
 
 
 @pytest.fixture
