@@ -73,7 +73,7 @@ def renderer(settings: Settings) -> tuple[Callable[[str, Retriever], tuple[str, 
     def render(question: str, retriever: Retriever) -> tuple[str, ...]:
         started = time.perf_counter()
         with dspy.context(adapter=make_adapter(settings)):
-            renderings = QuestionRenderer(Handles(None, retriever, generator)).renderings(question, Trace())
+            renderings = QuestionRenderer(settings, Handles(None, retriever, generator)).renderings(question, Trace())
         clock[0] += time.perf_counter() - started
         return renderings
 

@@ -119,15 +119,21 @@ def _shared_prefix(a: str, b: str) -> int:
     return n
 
 
+def _accented_words(text: str) -> str:
+    return " " + " ".join(re.findall(r"\w+", unicodedata.normalize("NFC", text).casefold())) + " "
+
+
+def _mentioner(text: str) -> Callable[[str], bool]:
+    """Whether ``text`` uses a glossary word, as whole words and ignoring case; ``text`` is read
+    once for all the words asked about. A word written with accents must match them: in Vietnamese
+    they tell words apart ("lâu", long, is not "lẩu", hotpot). One written without them matches
+    either way ("pho" in "phở bò")."""
+    folded, accented = f" {fold(text)} ", _accented_words(text)
+    return lambda word: (f" {fold(word)} " in folded) if word.isascii() else (_accented_words(word) in accented)
+
+
 def _mentions(text: str, word: str) -> bool:
-    """Whether ``text`` uses the glossary word ``word``, as whole words and ignoring case. A word
-    written with accents must match them: in Vietnamese they tell words apart ("lâu", long, is not
-    "lẩu", hotpot). One written without them matches either way ("pho" in "phở bò")."""
-    if word.isascii():
-        return f" {fold(word)} " in f" {fold(text)} "
-    def accented(s: str) -> str:
-        return " " + " ".join(re.findall(r"\w+", unicodedata.normalize("NFC", s).casefold())) + " "
-    return accented(word) in accented(text)
+    return _mentioner(text)(word)
 
 
 class _Question:
@@ -351,15 +357,16 @@ class Retriever:
         ending = [n for n, w in words_of if w and w[-1] in ("name", "title")]
         return (exact or ending or [None])[0]
 
-    def _terms_in(self, text: str) -> dict[str, str]:
-        return {t: d for t, d in self.kb.terms.items() if _mentions(text, t)}
+    def _terms_in(self, mentions: Callable[[str], bool]) -> dict[str, str]:
+        return {t: d for t, d in self.kb.terms.items() if mentions(t)}
 
     def glossary_in(self, text: str) -> dict[str, str]:
         """The glossary's words that ``text`` uses, with what each means: a term's meaning, or the
         value an alias stands for. What a question's rendering in another language must keep."""
-        found = self._terms_in(text)
+        mentions = _mentioner(text)
+        found = self._terms_in(mentions)
         for alias, value in self.kb.aliases.items():
-            if alias not in found and _mentions(text, alias):
+            if alias not in found and mentions(alias):
                 found[alias] = value
         return found
 
@@ -414,7 +421,7 @@ class Retriever:
         asked = f"{question} {evidence}".strip()
         renderings = [r for r in renderings if r and r.strip() and r.strip() != question.strip()]
         everything = " ".join([asked, *renderings])
-        terms = self._terms_in(everything)
+        terms = self._terms_in(_mentioner(everything))
         # A glossary term the question uses is searched with what it means: the meaning names the
         # tables, columns and values in the schema's own language ("chờ món" -> kitchen_tickets,
         # served_at), which the question, asked in another language or in business words, does not.

@@ -17,6 +17,7 @@ import unicodedata
 
 from reflect_sql.programs.invoke import call_predictor, make_predictor
 from reflect_sql.programs.trace import Trace, TraceStep
+from reflect_sql.settings import Settings
 from reflect_sql.signatures.question_rendering import RenderQuestion
 
 ENGLISH = "en"
@@ -64,7 +65,8 @@ class QuestionRenderer:
     compiled programs saved before it existed still load (each must hold every predictor's state),
     and no optimizer spends its budget on a translation that only feeds retrieval."""
 
-    def __init__(self, handles):
+    def __init__(self, settings: Settings, handles):
+        self.settings = settings
         self.predictor = make_predictor(RenderQuestion, RENDERING_MAX_TOKENS)
         self.handles = handles  # the generator's LM renders: it is the one that reads the question
 
@@ -74,9 +76,10 @@ class QuestionRenderer:
         return dict(glossary_in(question)) if glossary_in is not None else {}
 
     def renderings(self, question: str, trace: Trace, round: int = 0) -> tuple[str, ...]:
-        """() for an English question (no LM call), else the question's English rendering."""
+        """() for an English question (no LM call) or with ``render_questions`` off, else the
+        question's English rendering."""
         language = detect_language(question)
-        if language == ENGLISH:
+        if language == ENGLISH or not self.settings.render_questions:
             return ()
         whole = getattr(self.handles.retriever, "passes_whole_database", None)
         if whole is not None and whole():

@@ -40,7 +40,7 @@ class ReflectSQL(dspy.Module):
         super().__init__()
         self.settings = settings
         self.handles = Handles(engine, retriever, generator_lm, judge_lm)
-        self.renderer = QuestionRenderer(self.handles)
+        self.renderer = QuestionRenderer(settings, self.handles)
         self.retrieval_loop = RetrievalLoop(settings, self.handles)
         self.synthesis_loop = SynthesisLoop(settings, self.handles)
         self.entailment_loop = EntailmentLoop(settings, self.handles)
@@ -83,7 +83,7 @@ class ReflectSQL(dspy.Module):
 
     def _loops(self, question: str, evidence: str, trace: Trace, pool: CandidatePool) -> tuple[Candidate | None, Any, bool]:
         s = self.settings
-        renderings = self.renderer.renderings(question, trace) if s.render_questions else ()
+        renderings = self.renderer.renderings(question, trace)
         state = RetrievalState(question, s.k_tables, s.m_columns, renderings)
         rounds = s.max_entailment_iterations if s.use_entailment else 1
         best: Candidate | None = None

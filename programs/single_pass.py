@@ -27,7 +27,7 @@ class SinglePass(dspy.Module):
         self.settings = settings
         self.handles = Handles(engine, retriever, generator_lm)
         self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
-        self.renderer = QuestionRenderer(self.handles)
+        self.renderer = QuestionRenderer(settings, self.handles)
 
     def forward(self, question: str, evidence: str = "") -> dspy.Prediction:
         question = require_question(question)
@@ -35,7 +35,7 @@ class SinglePass(dspy.Module):
         started = time.perf_counter()
         trace = Trace()
         with CostMeter("question") as meter:
-            renderings = self.renderer.renderings(question, trace) if s.render_questions else ()
+            renderings = self.renderer.renderings(question, trace)
             context = retrieve(self.handles.retriever, question, s.k_tables, s.m_columns, evidence, renderings)
             trace.add(TraceStep("retrieval", 0, 0, decision="retrieved once (single pass)",
                                 inputs={"query": question, "k": s.k_tables, "m": s.m_columns, "renderings": list(renderings),
