@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from reflect_sql.experiments.smartrestaurant import QUESTIONS
+from reflect_sql.files import atomic_file
 
 DEFAULT_IDS = "0,1,2,3,95,96,97,98"
 CHROMIUM = "/usr/bin/chromium"
@@ -114,10 +115,8 @@ def check_url(url: str) -> str:
 
 
 def _write(out: Path, records: list[dict]) -> None:
-    path = out / "session.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(records, ensure_ascii=False, indent=2), encoding="utf-8")
-    tmp.replace(path)
+    with atomic_file(out / "session.json") as tmp:
+        tmp.write_text(json.dumps(records, ensure_ascii=False, indent=2), encoding="utf-8")
 
 
 def ask(page, question: dict, out: Path, timeout_s: float, with_evidence: bool, log=print) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reflect_sql.experiments.smartrestaurant import DB_ID, DESCRIPTIONS_DIR, GLOSSARY, QUESTIONS
 from reflect_sql.experiments.smartrestaurant.demo_db import ensure_demo_db
+from reflect_sql.files import atomic_file
 
 
 def twin_pairs(entries: list[dict]) -> list[tuple[dict, dict]]:
@@ -46,5 +47,6 @@ def write_bird_layout(root: str | Path, *, twins: bool = False, seed: int = 0) -
     entries = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     if twins:
         entries = [e for pair in twin_pairs(entries) for e in pair]
-    (root / "dev.json").write_text(json.dumps(entries, indent=1, ensure_ascii=False), encoding="utf-8")
+    with atomic_file(root / "dev.json") as tmp:  # an eval reading it never sees half a question set
+        tmp.write_text(json.dumps(entries, indent=1, ensure_ascii=False), encoding="utf-8")
     return root, Path(database)
