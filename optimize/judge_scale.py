@@ -17,7 +17,15 @@ Forms:
 - ``words``: each score as one of five words (wrong ... right), mapped evenly onto the scale;
 - ``verdict_first``: the ``int`` fields after a first output field, a yes/no verdict;
 - ``flipped``: the ``int`` fields with the other order of score and rationale (the semantic judge
-  scores before it explains; the entailment judge explains each score before it).
+  scores before it explains; the entailment judge explains each score before it);
+- ``checks``: no rationales and no numbers: each criterion is a True/False question, answered first
+  (a true answer is the top of its score's scale, a false one the bottom), then the diagnosis;
+- ``verdict``: one True/False question for the whole judgment ("is it right on every criterion?"),
+  standing for every score, then the diagnosis.
+
+The yes/no forms cost a few completion tokens instead of a rationale per score, and under
+``judge_scores: expected`` each answer is read as the probability of True at its first token
+(``programs/expected_score.py``), placed on the score's scale.
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ from reflect_sql.optimize import labelled
 from reflect_sql.optimize.compile import train_questions
 from reflect_sql.optimize.program_io import detect_mode, load_state, predictor_for, read_state, skeleton
 from reflect_sql.programs.entailment_loop import entailment_score
-from reflect_sql.programs.expected_score import expected_scores
+from reflect_sql.programs.expected_score import expected_scores, truth_probabilities
 from reflect_sql.programs.invoke import make_predictor
 from reflect_sql.programs.judgment import RUBRICS
 from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
@@ -47,7 +55,8 @@ from reflect_sql.signatures.entailment_judge import EntailmentJudge
 from reflect_sql.signatures.scales import Scale
 from reflect_sql.signatures.semantic_judge import SemanticJudge
 
-FORMS = ("literal", "int", "words", "verdict_first", "flipped")
+FORMS = ("literal", "int", "words", "verdict_first", "flipped", "checks", "verdict")
+YES_NO_FORMS = ("checks", "verdict")
 JUDGES = ("semantic", "entailment")
 WORDS = ("wrong", "mostly wrong", "half right", "mostly right", "right")
 _SIGNATURES = {"semantic": SemanticJudge, "entailment": EntailmentJudge}
@@ -78,6 +87,52 @@ _OLD_DESC = {
     "e_schema": "E_schema, 1-5: 1 different question, 3 one mismatch, 5 exact.",
     "e_data": "E_data, 1-5: 1 cannot be the answer, 3 suspicious, 5 clearly the answer.",
 }
+
+
+# The yes/no forms' questions, one per score (``checks``) and one for the whole judgment (``verdict``).
+_CHECKS = {
+    "semantic": {
+        "column_consistency": ("columns_right", "True when it selects and filters on exactly the columns the question "
+                               "refers to, with the right meaning (e.g. the price column, not an id), and returns no extra columns"),
+        "granularity": ("granularity_right", "True when the level of detail is the asked one (per item, per group or one "
+                        "total), with the right aggregate, GROUP BY, DISTINCT and LIMIT"),
+        "join_consistency": ("joins_right", "True when the tables are joined on the right keys, with no missing bridge "
+                             "table and no spurious join that duplicates rows (or no join is needed)"),
+        "query_logic": ("logic_right", "True when the filters, value literals, ordering, arithmetic (no integer "
+                        "division for ratios) and NULL handling are right"),
+    },
+    "entailment": {
+        "e_schema": ("schema_right", "True when the tables, columns, joins and filters used mean exactly what the "
+                     "question asks"),
+        "e_data": ("data_right", "True when the returned data looks like the answer: row count, columns, value types "
+                   "and ranges, no NULLs or duplicates where values are expected"),
+    },
+}
+_VERDICT = {
+    "semantic": ("correct", "True only when the query is right on all four criteria: columns, granularity, joins, logic"),
+    "entailment": ("answers_question", "True only when the result is the answer to the question"),
+}
+_YES_NO_INSTRUCTIONS = {
+    "semantic": """You review a SQL query written for a question, before it runs. Judge its meaning, not its
+    style, on four criteria: the columns it selects and filters on; its granularity and aggregation;
+    its joins; its logic (filters, literals, ordering, arithmetic, NULLs). Answer with True or False,
+    then give a diagnosis: the concrete problems and how to fix them, or "none" if there are none.""",
+    "entailment": """A SQL query was run for a question; you see the query, a preview of its result and the
+    findings of automatic result checks (measured facts: an error finding means the data cannot be the
+    answer as it stands). Judge whether the result answers the question: whether the query's tables,
+    columns and filters mean what the question asks, and whether the data looks like the answer.
+    Answer with True or False, then give a diagnosis: what is wrong and how the query should change,
+    or "none" when the result answers the question.""",
+}
+
+
+def yes_no_fields(judge: str, form: str) -> dict[str, str]:
+    """Score field -> the yes/no field that stands for it in ``form`` (empty for the scored forms)."""
+    if form == "checks":
+        return {score: field for score, (field, _) in _CHECKS[judge].items()}
+    if form == "verdict":
+        return dict.fromkeys(_CHECKS[judge], _VERDICT[judge][0])
+    return {}
 
 
 def _instructions(judge: str, form: str) -> str:
@@ -118,6 +173,15 @@ def form_signature(judge: str, form: str) -> tuple[type[dspy.Signature], Callabl
             desc = f"{name}: one of {', '.join(repr(w) for w in WORDS)}"
             outputs[name] = (Literal[WORDS], dspy.OutputField(desc=desc))  # type: ignore[valid-type]
         return _rebuild(judge, form, outputs), lambda name, raw: _word_value(raw, rubric.scores[name]) if raw in WORDS else None
+    if form in YES_NO_FORMS:
+        asked = _CHECKS[judge].values() if form == "checks" else [_VERDICT[judge]]
+        fields = {field: (bool, dspy.OutputField(desc=desc)) for field, desc in asked}
+        fields["diagnosis"] = outputs["diagnosis"]
+        signature = _SIGNATURES[judge]
+        inputs = {name: (info.annotation, info) for name, info in signature.input_fields.items()}
+        return (dspy.make_signature({**inputs, **fields}, _YES_NO_INSTRUCTIONS[judge], signature.__name__),
+                lambda name, raw: float(rubric.scores[name].high if raw else rubric.scores[name].low)
+                if isinstance(raw, bool) else None)
     if form == "verdict_first":
         verdict = (bool, dspy.OutputField(desc="true when the SQL answers the question exactly, false otherwise"))
         return _rebuild(judge, form, {"verdict": verdict, **outputs}), as_int
@@ -184,10 +248,17 @@ def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, l
         with dspy.context(lm=lm):
             out = predictor(**example.inputs())
         raw = {k: out[k] for k in signature.output_fields}
-        mapped = {name: value(name, raw.get(name)) for name in rubric.scores}
+        source = yes_no_fields(judge, form)
+        mapped = {name: value(name, raw.get(source.get(name, name))) for name in rubric.scores}
         values = None if any(v is None for v in mapped.values()) else mapped  # type: ignore[assignment]
         if probabilities and values is not None and out.get("logprobs"):
-            expected = expected_scores(out["logprobs"], rubric.scores)
+            if source:
+                truths = truth_probabilities(out["logprobs"], sorted(set(source.values())))
+                expected = None if truths is None else {
+                    name: round(scale.low + truths[source[name]] * (scale.high - scale.low), 3)
+                    for name, scale in rubric.scores.items()}
+            else:
+                expected = expected_scores(out["logprobs"], rubric.scores)
     except Exception as exc:  # noqa: BLE001 - an unparsable reply is a measured outcome, not a crash
         raw = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
     seconds = time.perf_counter() - started

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 from reflect_sql.signatures.scales import Scale
 
@@ -34,16 +34,21 @@ def _tokens(logprobs: Any) -> list[Any]:
     return list(content or [])
 
 
-def _value_start(text: str, field: str) -> int | None:
-    """Where the value of ``field`` begins in a ChatAdapter or JSON reply (its first digit)."""
+def _value_start(text: str, field: str, first: str = r"\d") -> int | None:
+    """Where the value of ``field`` begins in a ChatAdapter or JSON reply (its first character
+    matching ``first``: a digit for a score)."""
     header = re.compile(r"\[\[ ## " + re.escape(field) + r" ## \]\]\s*|\"" + re.escape(field) + r"\"\s*:\s*\"?")
     found = None
     for found in header.finditer(text):
         pass  # the last header wins: a model that restates a field is read where the parser reads it
     if found is None:
         return None
-    digit = re.compile(r"\s*(\d)").match(text, found.end())
-    return digit.start(1) if digit else None
+    value = re.compile(r"\s*(" + first + ")").match(text, found.end())
+    return value.start(1) if value else None
+
+
+def _token_at(tokens: list[Any], offsets: list[int], start: int) -> int | None:
+    return next((i for i, off in enumerate(offsets) if off <= start < off + len(str(_get(tokens[i], "token")))), None)
 
 
 def _probability_of_zero_next(tokens: list[Any], index: int) -> float | None:
@@ -59,7 +64,7 @@ def field_expectation(tokens: list[Any], text: str, offsets: list[int], field: s
     start = _value_start(text, field)
     if start is None:
         return None
-    index = next((i for i, off in enumerate(offsets) if off <= start < off + len(str(_get(tokens[i], "token")))), None)
+    index = _token_at(tokens, offsets, start)
     if index is None:
         return None
     chosen = tokens[index]
@@ -92,9 +97,34 @@ def field_expectation(tokens: list[Any], text: str, offsets: list[int], field: s
     return weighted / mass if mass > 0 else None
 
 
-def expected_scores(logprobs: Any, scores: dict[str, Scale]) -> dict[str, float] | None:
-    """Each score field's expected value from a reply's token log-probabilities; None when any field
-    cannot be read (the caller then keeps the stated scores, all of them)."""
+TRUE_WORDS = ("true", "yes")
+FALSE_WORDS = ("false", "no")
+
+
+def truth_probability(tokens: list[Any], text: str, offsets: list[int], field: str) -> float | None:
+    """How sure the model was that a yes/no field is true: the probability of the true words at the
+    position where the field's value was written, against the false ones (None when the value is
+    not located, or neither word is among the alternatives there)."""
+    start = _value_start(text, field, first=r"[A-Za-z]")
+    if start is None:
+        return None
+    index = _token_at(tokens, offsets, start)
+    if index is None:
+        return None
+    chosen = tokens[index]
+    alternatives = list(_get(chosen, "top_logprobs") or []) or [chosen]
+    yes = no = 0.0
+    for alternative in alternatives:
+        word = str(_get(alternative, "token")).strip().strip('"').lower()
+        if word in TRUE_WORDS:
+            yes += math.exp(_get(alternative, "logprob"))
+        elif word in FALSE_WORDS:
+            no += math.exp(_get(alternative, "logprob"))
+    return yes / (yes + no) if yes + no > 0 else None
+
+
+def _read(logprobs: Any, fields: list[str], read: Callable[[list[Any], str, list[int], str], float | None]
+          ) -> dict[str, float] | None:
     tokens = _tokens(logprobs)
     if not tokens:
         return None
@@ -103,9 +133,21 @@ def expected_scores(logprobs: Any, scores: dict[str, Scale]) -> dict[str, float]
         offsets.append(len(text))
         text += str(_get(token, "token"))
     values = {}
-    for field, scale in scores.items():
-        value = field_expectation(tokens, text, offsets, field, scale)
+    for field in fields:
+        value = read(tokens, text, offsets, field)
         if value is None:
             return None
         values[field] = round(value, 3)
     return values
+
+
+def expected_scores(logprobs: Any, scores: dict[str, Scale]) -> dict[str, float] | None:
+    """Each score field's expected value from a reply's token log-probabilities; None when any field
+    cannot be read (the caller then keeps the stated scores, all of them)."""
+    return _read(logprobs, list(scores),
+                 lambda tokens, text, offsets, field: field_expectation(tokens, text, offsets, field, scores[field]))
+
+
+def truth_probabilities(logprobs: Any, fields: list[str]) -> dict[str, float] | None:
+    """Each yes/no field's probability of being true; None when any field cannot be read."""
+    return _read(logprobs, fields, truth_probability)

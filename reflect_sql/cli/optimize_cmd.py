@@ -38,7 +38,8 @@ JUDGE_SCALE_HELP = """\
 Judge the same labelled cases (gold SQL and gold with one injected mistake, from the config's
 compile.train split, disjoint from its evaluated questions) with each form of asking for the
 scores: literal (a list of options), int (an integer with worded anchors, the shipped form),
-words, verdict_first, flipped (the other order of score and rationale). Bare signatures: no demos,
+words, verdict_first, flipped (the other order of score and rationale), checks (a True/False question per
+score), verdict (one True/False question). Bare signatures: no demos,
 no retry. Prints and writes AUC, agreement at the threshold and the share of all-bottom replies
 per judge and form. Rerunning the same command resumes from DIR/rows.jsonl.
 """
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=JUDGE_SCALE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG.yaml", help="an optimisation config; its compile.train split is judged")
     add_out_arg(p, "output directory: rows.jsonl (resumable), judge_scale.md and .json", required=True)
-    p.add_argument("--forms", metavar="A,B", help="literal,int,words,verdict_first,flipped (default: all)")
+    p.add_argument("--forms", metavar="A,B", help="literal,int,words,verdict_first,flipped,checks,verdict (default: all)")
     p.add_argument("--judges", metavar="A,B", help="semantic,entailment (default: both)")
     p.add_argument("--program", metavar="PROGRAM.json",
                    help="a compiled program: the int form shows each judge's demos from it (default: no demos)")

@@ -178,3 +178,37 @@ def test_a_compiled_program_shows_its_judge_demos_in_the_int_form_only(tiny_data
     seen = _program_with_judge_demos(tmp_path / "seen.json", judged[:1])
     with pytest.raises(UserError, match="was compiled on 1 of the questions judged here"):
         run(oc, tmp_path / "js2", ["int"], ["entailment"], lms=(lm, lm), program=seen)
+
+
+def test_yes_no_forms_ask_true_or_false_and_place_the_answer_on_the_scale():
+    from reflect_sql.lm.scripted import Probabilities, ScriptedLM
+    from reflect_sql.settings import Settings
+
+    checks, _ = form_signature("semantic", "checks")
+    assert list(checks.output_fields) == ["columns_right", "granularity_right", "joins_right", "logic_right", "diagnosis"]
+    assert all(checks.output_fields[f].annotation is bool for f in list(checks.output_fields)[:4])
+    verdict, _ = form_signature("entailment", "verdict")
+    assert list(verdict.output_fields) == ["answers_question", "diagnosis"]
+    from reflect_sql.signatures.entailment_judge import EntailmentJudge
+    assert list(verdict.input_fields) == list(EntailmentJudge.input_fields)
+
+    settings = Settings(judge_scores="expected")
+    reply = {"columns_right": Probabilities({True: 0.8, False: 0.2}), "granularity_right": Probabilities({True: 1.0}),
+             "joins_right": Probabilities({False: 0.7, True: 0.3}), "logic_right": Probabilities({True: 0.5, False: 0.5}),
+             "diagnosis": "the join key is wrong"}
+    judged = judge_case(_case(False), "semantic", "checks", settings, ScriptedLM([reply]))
+    assert judged.values == {"column_consistency": 10.0, "granularity": 10.0, "join_consistency": 1.0,
+                             "query_logic": 10.0}
+    assert judged.expected_values == {"column_consistency": 8.2, "granularity": 10.0, "join_consistency": 3.7,
+                                      "query_logic": 5.5}
+
+    # One verdict stands for every score; a sure False is the bottom of the scale and counts as such.
+    sure_no = {"answers_question": Probabilities({False: 0.9, True: 0.1}), "diagnosis": "wrong filter"}
+    judged = judge_case(_case(False), "entailment", "verdict", settings, ScriptedLM([sure_no]))
+    assert judged.values == {"e_schema": 1.0, "e_data": 1.0} and judged.all_bottom
+    assert judged.expected_values == {"e_schema": 1.4, "e_data": 1.4}
+    unsure_yes = {"answers_question": Probabilities({True: 0.6, False: 0.4}), "diagnosis": "none"}
+    rows = [judged, judge_case(_case(True), "entailment", "verdict", settings, ScriptedLM([unsure_yes]))]
+    stated, expected = summarize(rows, settings)
+    assert (stated["auc"], expected["auc"]) == (1.0, 1.0)
+    assert expected["mean_right"] == 3.4
