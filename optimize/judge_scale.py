@@ -19,7 +19,8 @@ Forms:
 - ``flipped``: the ``int`` fields with the other order of score and rationale (the semantic judge
   scores before it explains; the entailment judge explains each score before it);
 - ``checks``: no rationales and no numbers: each criterion is a True/False question, answered first
-  (a true answer is the top of its score's scale, a false one the bottom), then the diagnosis;
+  (a true answer is the top of its score's scale, a false one the bottom), then the diagnosis; the
+  shipped signatures of ``judge_form: checks`` (``SemanticChecks``, ``EntailmentChecks``);
 - ``verdict``: one True/False question for the whole judgment ("is it right on every criterion?"),
   standing for every score, then the diagnosis.
 
@@ -48,12 +49,12 @@ from reflect_sql.optimize.program_io import detect_mode, load_state, predictor_f
 from reflect_sql.programs.entailment_loop import entailment_score
 from reflect_sql.programs.expected_score import expected_scores, truth_probabilities
 from reflect_sql.programs.invoke import make_predictor
-from reflect_sql.programs.judgment import RUBRICS
+from reflect_sql.programs.judgment import RUBRICS, Rubric, placed
 from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
 from reflect_sql.settings import Settings
-from reflect_sql.signatures.entailment_judge import EntailmentJudge
+from reflect_sql.signatures.entailment_judge import EntailmentChecks, EntailmentJudge
 from reflect_sql.signatures.scales import Scale
-from reflect_sql.signatures.semantic_judge import SemanticJudge
+from reflect_sql.signatures.semantic_judge import SemanticChecks, SemanticJudge
 
 FORMS = ("literal", "int", "words", "verdict_first", "flipped", "checks", "verdict")
 YES_NO_FORMS = ("checks", "verdict")
@@ -89,30 +90,12 @@ _OLD_DESC = {
 }
 
 
-# The yes/no forms' questions, one per score (``checks``) and one for the whole judgment (``verdict``).
-_CHECKS = {
-    "semantic": {
-        "column_consistency": ("columns_right", "True when it selects and filters on exactly the columns the question "
-                               "refers to, with the right meaning (e.g. the price column, not an id), and returns no extra columns"),
-        "granularity": ("granularity_right", "True when the level of detail is the asked one (per item, per group or one "
-                        "total), with the right aggregate, GROUP BY, DISTINCT and LIMIT"),
-        "join_consistency": ("joins_right", "True when the tables are joined on the right keys, with no missing bridge "
-                             "table and no spurious join that duplicates rows (or no join is needed)"),
-        "query_logic": ("logic_right", "True when the filters, value literals, ordering, arithmetic (no integer "
-                        "division for ratios) and NULL handling are right"),
-    },
-    "entailment": {
-        "e_schema": ("schema_right", "True when the tables, columns, joins and filters used mean exactly what the "
-                     "question asks"),
-        "e_data": ("data_right", "True when the returned data looks like the answer: row count, columns, value types "
-                   "and ranges, no NULLs or duplicates where values are expected"),
-    },
-}
+# The verdict form: one True/False question standing for every score of the judge.
 _VERDICT = {
     "semantic": ("correct", "True only when the query is right on all four criteria: columns, granularity, joins, logic"),
     "entailment": ("answers_question", "True only when the result is the answer to the question"),
 }
-_YES_NO_INSTRUCTIONS = {
+_VERDICT_INSTRUCTIONS = {
     "semantic": """You review a SQL query written for a question, before it runs. Judge its meaning, not its
     style, on four criteria: the columns it selects and filters on; its granularity and aggregation;
     its joins; its logic (filters, literals, ordering, arithmetic, NULLs). Answer with True or False,
@@ -124,15 +107,18 @@ _YES_NO_INSTRUCTIONS = {
     Answer with True or False, then give a diagnosis: what is wrong and how the query should change,
     or "none" when the result answers the question.""",
 }
+# The checks form is the shipped one of ``judge_form: checks``.
+_CHECKS_SIGNATURES = {"semantic": SemanticChecks, "entailment": EntailmentChecks}
 
 
-def yes_no_fields(judge: str, form: str) -> dict[str, str]:
-    """Score field -> the yes/no field that stands for it in ``form`` (empty for the scored forms)."""
+def yes_no_rubric(judge: str, form: str) -> Rubric | None:
+    """The rubric that places a yes/no form's answers on the judge's scales (None for scored forms)."""
     if form == "checks":
-        return {score: field for score, (field, _) in _CHECKS[judge].items()}
+        return RUBRICS[_CHECKS_SIGNATURES[judge].__name__]
     if form == "verdict":
-        return dict.fromkeys(_CHECKS[judge], _VERDICT[judge][0])
-    return {}
+        scored = RUBRICS[_SIGNATURES[judge].__name__]
+        return Rubric(scored.scores, scored.reason_field, dict.fromkeys(scored.scores, _VERDICT[judge][0]))
+    return None
 
 
 def _instructions(judge: str, form: str) -> str:
@@ -174,14 +160,15 @@ def form_signature(judge: str, form: str) -> tuple[type[dspy.Signature], Callabl
             outputs[name] = (Literal[WORDS], dspy.OutputField(desc=desc))  # type: ignore[valid-type]
         return _rebuild(judge, form, outputs), lambda name, raw: _word_value(raw, rubric.scores[name]) if raw in WORDS else None
     if form in YES_NO_FORMS:
-        asked = _CHECKS[judge].values() if form == "checks" else [_VERDICT[judge]]
-        fields = {field: (bool, dspy.OutputField(desc=desc)) for field, desc in asked}
-        fields["diagnosis"] = outputs["diagnosis"]
+        def answered(name: str, raw: Any) -> float | None:
+            return float(rubric.scores[name].high if raw else rubric.scores[name].low) if isinstance(raw, bool) else None
+        if form == "checks":
+            return _CHECKS_SIGNATURES[judge], answered
         signature = _SIGNATURES[judge]
         inputs = {name: (info.annotation, info) for name, info in signature.input_fields.items()}
-        return (dspy.make_signature({**inputs, **fields}, _YES_NO_INSTRUCTIONS[judge], signature.__name__),
-                lambda name, raw: float(rubric.scores[name].high if raw else rubric.scores[name].low)
-                if isinstance(raw, bool) else None)
+        field, desc = _VERDICT[judge]
+        fields = {field: (bool, dspy.OutputField(desc=desc)), "diagnosis": outputs["diagnosis"]}
+        return dspy.make_signature({**inputs, **fields}, _VERDICT_INSTRUCTIONS[judge], signature.__name__), answered
     if form == "verdict_first":
         verdict = (bool, dspy.OutputField(desc="true when the SQL answers the question exactly, false otherwise"))
         return _rebuild(judge, form, {"verdict": verdict, **outputs}), as_int
@@ -248,15 +235,14 @@ def judge_case(case: labelled.Case, judge: str, form: str, settings: Settings, l
         with dspy.context(lm=lm):
             out = predictor(**example.inputs())
         raw = {k: out[k] for k in signature.output_fields}
-        source = yes_no_fields(judge, form)
+        yes_no = yes_no_rubric(judge, form)
+        source = yes_no.checks if yes_no is not None else {}
         mapped = {name: value(name, raw.get(source.get(name, name))) for name in rubric.scores}
         values = None if any(v is None for v in mapped.values()) else mapped  # type: ignore[assignment]
         if probabilities and values is not None and out.get("logprobs"):
-            if source:
+            if yes_no is not None:
                 truths = truth_probabilities(out["logprobs"], sorted(set(source.values())))
-                expected = None if truths is None else {
-                    name: round(scale.low + truths[source[name]] * (scale.high - scale.low), 3)
-                    for name, scale in rubric.scores.items()}
+                expected = None if truths is None else placed(yes_no, truths)
             else:
                 expected = expected_scores(out["logprobs"], rubric.scores)
     except Exception as exc:  # noqa: BLE001 - an unparsable reply is a measured outcome, not a crash

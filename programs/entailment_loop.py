@@ -18,7 +18,7 @@ from reflect_sql.programs.invoke import call_predictor, make_judge
 from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
-from reflect_sql.signatures.entailment_judge import EntailmentJudge
+from reflect_sql.signatures.entailment_judge import EntailmentChecks, EntailmentJudge
 from reflect_sql.signatures.scales import ENTAILMENT_SCALE
 
 # Rows shown to the judge and in feedback: enough to see the shape, few enough for a small context.
@@ -63,7 +63,8 @@ def schema_context_of(candidate: Candidate) -> str:
 class EntailmentLoop(Loop):
     def __init__(self, settings: Settings, handles: Handles):
         super().__init__(settings, handles)
-        self.judge = make_judge(EntailmentJudge, settings.entailment_judge_max_tokens, settings)
+        self.judge = make_judge(EntailmentChecks if settings.judge_form == "checks" else EntailmentJudge,
+                                settings.entailment_judge_max_tokens, settings)
 
     def forward(self, question: str, evidence: str, candidate: Candidate, trace: Trace, round: int) -> str:
         """Fill the candidate's result, findings and E; returns the feedback for the next round ("" if it passed)."""

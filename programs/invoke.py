@@ -16,8 +16,8 @@ from dspy.clients.capabilities import capabilities
 from reflect_sql.lm.accounting import CostMeter, lm_scope
 from reflect_sql.lm.adapters import other_adapter
 from reflect_sql.lm.failures import LMFailure, lm_failures
-from reflect_sql.programs.expected_score import TOP_LOGPROBS, expected_scores
-from reflect_sql.programs.judgment import RUBRICS, checker
+from reflect_sql.programs.expected_score import TOP_LOGPROBS, expected_scores, truth_probabilities
+from reflect_sql.programs.judgment import RUBRICS, checker, placed
 from reflect_sql.settings import Settings
 
 COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds")
@@ -56,9 +56,26 @@ def make_judge(signature: type[dspy.Signature], max_tokens: int, settings: Setti
 
 def with_expected_scores(output: dspy.Prediction, signature_name: str) -> dspy.Prediction:
     """The reply with each score replaced by its expected value when the reply carries token
-    log-probabilities that locate every score; the written integers stay in ``stated_scores``."""
+    log-probabilities that locate every score; the written integers stay in ``stated_scores``.
+
+    A reply in the checks form gets its score fields here: each True/False answer placed on its
+    score's scale (``judgment.placed``), by the probability of True when the tokens give it."""
     rubric = RUBRICS.get(signature_name)
-    logprobs = output.get("logprobs") if rubric is not None else None
+    if rubric is None:
+        return output
+    logprobs = output.get("logprobs")
+    if rubric.checks:
+        questions = list(rubric.checks.values())
+        stated = placed(rubric, {q: float(bool(output[q])) for q in questions})
+        truths = truth_probabilities(logprobs, questions) if logprobs else None
+        for name, value in stated.items():
+            output[name] = value
+        if truths is None:
+            return output
+        output["stated_scores"] = stated
+        for name, value in placed(rubric, truths).items():
+            output[name] = value
+        return output
     expected = expected_scores(logprobs, rubric.scores) if logprobs else None
     if expected is None:
         return output

@@ -9,7 +9,7 @@ itself too (``programs/invoke.py``). An integer outside its scale is malformed i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reflect_sql.signatures.scales import ENTAILMENT_SCALE, RETRIEVAL_SCALE, SEMANTIC_SCALE, Scale
@@ -21,13 +21,26 @@ NOTHING_WRONG = {"", "none", "n/a", "na", "nothing", "no problems", "no issues",
 class Rubric:
     scores: dict[str, Scale]  # score field -> its scale
     reason_field: str  # the field that must name a problem when the scores reject
+    # The checks form (``judge_form: checks``): score field -> the True/False field asked instead.
+    # A true answer is the top of the score's scale and a false one the bottom; under
+    # ``judge_scores: expected`` the probability of True places it in between.
+    checks: dict[str, str] = field(default_factory=dict)
+
+    def asked(self) -> dict[str, Any]:
+        """The fields the reply must hold a judgment in, with what each must be (a scale, or bool)."""
+        return {question: bool for question in self.checks.values()} if self.checks else dict(self.scores)
 
 
+_SEMANTIC = {"column_consistency": SEMANTIC_SCALE, "granularity": SEMANTIC_SCALE,
+             "join_consistency": SEMANTIC_SCALE, "query_logic": SEMANTIC_SCALE}
+_ENTAILMENT = {"e_schema": ENTAILMENT_SCALE, "e_data": ENTAILMENT_SCALE}
 RUBRICS = {
     "RetrievalJudge": Rubric({"relevance": RETRIEVAL_SCALE, "completeness": RETRIEVAL_SCALE}, "missing_aspects"),
-    "SemanticJudge": Rubric({"column_consistency": SEMANTIC_SCALE, "granularity": SEMANTIC_SCALE,
-                             "join_consistency": SEMANTIC_SCALE, "query_logic": SEMANTIC_SCALE}, "diagnosis"),
-    "EntailmentJudge": Rubric({"e_schema": ENTAILMENT_SCALE, "e_data": ENTAILMENT_SCALE}, "diagnosis"),
+    "SemanticJudge": Rubric(_SEMANTIC, "diagnosis"),
+    "SemanticChecks": Rubric(_SEMANTIC, "diagnosis", {"column_consistency": "columns_right", "granularity":
+                             "granularity_right", "join_consistency": "joins_right", "query_logic": "logic_right"}),
+    "EntailmentJudge": Rubric(_ENTAILMENT, "diagnosis"),
+    "EntailmentChecks": Rubric(_ENTAILMENT, "diagnosis", {"e_schema": "schema_right", "e_data": "data_right"}),
 }
 
 
@@ -41,16 +54,26 @@ def says_nothing_is_wrong(reason: Any) -> bool:
 
 def problem(rubric: Rubric, output: Any) -> str | None:
     """Why ``output`` is not a usable judgment under ``rubric``, or None when it is."""
-    values = {name: getattr(output, name, None) for name in rubric.scores}
-    for name, value in values.items():
-        if not rubric.scores[name].contains(value):
-            scale = rubric.scores[name]
-            return f"{name}={value!r} is not an integer from {scale.low} to {scale.high}"
-    if all(values[name] == scale.low for name, scale in rubric.scores.items()) and \
-            says_nothing_is_wrong(getattr(output, rubric.reason_field, None)):
+    values = {name: getattr(output, name, None) for name in rubric.asked()}
+    for name, wanted in rubric.asked().items():
+        value = values[name]
+        if wanted is bool and not isinstance(value, bool):
+            return f"{name}={value!r} is not True or False"
+        if wanted is not bool and not wanted.contains(value):
+            return f"{name}={value!r} is not an integer from {wanted.low} to {wanted.high}"
+    bottom = (lambda name: values[name] is False) if rubric.checks else (lambda name: values[name] == rubric.scores[name].low)
+    if all(bottom(name) for name in values) and says_nothing_is_wrong(getattr(output, rubric.reason_field, None)):
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        return f"self-contradiction: every score at the bottom ({shown}) but {rubric.reason_field} names no problem"
+        what = "answer" if rubric.checks else "score"
+        return f"self-contradiction: every {what} at the bottom ({shown}) but {rubric.reason_field} names no problem"
     return None
+
+
+def placed(rubric: Rubric, answers: dict[str, float]) -> dict[str, float]:
+    """The checks form's answers (each question's probability of True, or 1.0 / 0.0 as written) as
+    scores on their scales: the top for a sure True, the bottom for a sure False."""
+    return {score: round(rubric.scores[score].low + answers[question] * (rubric.scores[score].high - rubric.scores[score].low), 3)
+            for score, question in rubric.checks.items()}
 
 
 def checker(signature_name: str):

@@ -173,7 +173,8 @@ def keep_signature_names(program: Any, names: dict[str, str]) -> None:
 
 def load_state(program: Any, state: dict[str, Any], mode: str | None = None, where: str | Path = "program") -> list[str]:
     """Load a saved program's ``state`` into ``program``, keeping the signatures' names; returns
-    the paths of the predictors left bare (none when the file is of the program's own mode).
+    the paths of the predictors left bare (none when the file is of the program's own mode and
+    its predictors ask in the same form).
 
     Predictors are matched by path, and, for a file of another ``mode``, by role (signature name).
     """
@@ -182,8 +183,14 @@ def load_state(program: Any, state: dict[str, Any], mode: str | None = None, whe
     other_mode = mode is not None and set(roles(mode)) != set(names)
     by_role = {name: path for path, name in roles(mode).items() if path in saved} if other_mode else {}
     left = []
+    saved_roles = roles(mode) if mode is not None else {}
     for path, predictor in program.named_predictors():
         source = path if path in saved else by_role.get(names[path])
+        if source is not None and saved_roles.get(source, names[path]) != names[path]:
+            # The same role asked in another form (``judge_form``): the saved instructions and demos
+            # are for fields this predictor does not have, so it stays bare.
+            left.append(path)
+            continue
         if source is None:
             if not other_mode:
                 raise UserError(f"{where} lacks the state of predictor '{path}' of the {type(program).__name__} program")

@@ -18,13 +18,14 @@ from reflect_sql.db.base import ConnectionFailed, Engine, EngineError, QueryRefu
 from reflect_sql.programs.candidate import Candidate, CandidatePool, better, synthesis_rank
 from reflect_sql.programs.handles import Handles
 from reflect_sql.programs.invoke import call_predictor, make_judge, make_predictor
+from reflect_sql.programs.judgment import RUBRICS
 from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.retriever import render_examples
 from reflect_sql.programs import schema_repair
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
-from reflect_sql.signatures.semantic_judge import SemanticJudge
+from reflect_sql.signatures.semantic_judge import SemanticChecks, SemanticJudge
 from reflect_sql.signatures.sql_generator import GenerateSQL
 from reflect_sql.signatures.syntax_repairer import RepairSQL
 
@@ -40,6 +41,11 @@ CRITERIA = (
 def semantic_score(scores: dict[str, float], settings: Settings) -> float:
     """S = w_c*C + w_g*G + w_j*J + w_q*Q, with scores keyed by label ("C", "G", "J", "Q")."""
     return sum(getattr(settings, weight) * scores[label] for _, _, weight, label in CRITERIA)
+
+
+def _answered(out: Any, score_field: str) -> str:
+    question = RUBRICS["SemanticChecks"].checks[score_field]
+    return f"{question.replace('_', ' ')}: {getattr(out, question, None)}"
 
 
 def compile_error(engine: Engine, sql: str) -> str | None:
@@ -82,7 +88,8 @@ class SynthesisLoop(Loop):
         super().__init__(settings, handles)
         self.generator = make_predictor(GenerateSQL, settings.generator_max_tokens)
         self.repairer = make_predictor(RepairSQL, settings.repairer_max_tokens)
-        self.judge = make_judge(SemanticJudge, settings.semantic_judge_max_tokens, settings)
+        self.judge = make_judge(SemanticChecks if settings.judge_form == "checks" else SemanticJudge,
+                                settings.semantic_judge_max_tokens, settings)
 
     def forward(self, question: str, evidence: str, context: Any, retrieval_score: float | None,
                 feedback: str, trace: Trace, round: int, pool: CandidatePool | None = None) -> Candidate | None:
@@ -325,7 +332,8 @@ class SynthesisLoop(Loop):
                     "Re-check it against the question and the schema context.")
         out = call.output
         labels = {label: getattr(out, field) for field, _, _, label in CRITERIA}
-        rationales = {label: getattr(out, rationale) for _, rationale, _, label in CRITERIA}
+        # The checks form has no rationales: its True/False answers stand in their place.
+        rationales = {label: getattr(out, rationale, None) or _answered(out, field) for field, rationale, _, label in CRITERIA}
         candidate.semantic_score = semantic_score(labels, s)
         candidate.semantic = {"scores": labels, "rationales": rationales, "diagnosis": out.diagnosis}
         candidate.passed_semantic = candidate.semantic_score >= s.theta_s

@@ -164,6 +164,11 @@ class Settings(BaseModel):
         "expected", description="stated: the integers a judge writes; expected: each score's expected value over the "
         "probabilities the model gave its digits (G-Eval style, read from the reply's token log-probabilities; a judge "
         "LM that cannot return them, such as Anthropic's, is read as stated).")
+    judge_form: Literal["scores", "checks"] = Field(
+        "scores", description="How the semantic and entailment judges answer: scores, a rationale and an integer per "
+        "criterion (the paper's rubric); checks, a True/False question per criterion and no rationale, placed on the "
+        "same scale (by the probability of True under judge_scores: expected). A compiled program's judges, "
+        "compiled in the other form, are then left bare.")
     lm_timeout_s: float = Field(120.0, gt=0)
     lm_retries: int = Field(2, ge=0)
     lm_context_tokens: int = Field(4096, ge=512, description="Context size of the embedded LM.")

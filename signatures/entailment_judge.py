@@ -1,4 +1,8 @@
-"""Entailment judge (paper section 5): does the executed result actually answer the question?"""
+"""Entailment judge (paper section 5): does the executed result actually answer the question?
+
+``EntailmentJudge`` scores E_schema and E_data on 1-5; ``EntailmentChecks`` (setting
+``judge_form: checks``) asks each as a True/False question, placed on the same scale by the
+program (``programs/judgment.py``)."""
 from __future__ import annotations
 
 import dspy
@@ -36,4 +40,27 @@ class EntailmentJudge(AboutAQuestion):
         "E_schema", {1: "answers a different question", 3: "one mismatch", 5: "exactly the question"}))
     e_data: Score5 = dspy.OutputField(desc=ENTAILMENT_SCALE.describe(
         "E_data", {1: "cannot be the answer", 3: "plausible but suspicious", 5: "clearly the answer"}))
+    diagnosis: str = dspy.OutputField(desc="What is wrong with the result and how to fix the query, or 'none'.")
+
+
+class EntailmentChecks(AboutAQuestion):
+    """A SQL query was run for a question; you see the query, a preview of its result and the
+    findings of automatic result checks. Judge whether the result answers the question, on two
+    criteria: whether the query's tables, columns, joins and filters mean what the question asks,
+    and whether the returned data looks like the answer. Each automatic check finding is a measured
+    fact about this result: an error finding means the data cannot be the answer as it stands; a
+    warning is a suspicion for you to weigh (an empty result can be the right answer). Answer each
+    criterion with True or False, then give a diagnosis: what is wrong and how the query should
+    change (address every finding), or "none" when the result answers the question."""
+
+    schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
+    sql: str = dspy.InputField(desc="The executed SQL.")
+    result_preview: str = dspy.InputField(desc="Row count, column names and the first rows of the result.")
+    check_findings: str = dspy.InputField(desc="Findings of the deterministic result checks, or that all passed.")
+
+    schema_right: bool = dspy.OutputField(desc=(
+        "True when the tables, columns, joins and filters used mean exactly what the question asks"))
+    data_right: bool = dspy.OutputField(desc=(
+        "True when the returned data looks like the answer: row count, columns, value types and ranges, "
+        "no NULLs or duplicates where values are expected"))
     diagnosis: str = dspy.OutputField(desc="What is wrong with the result and how to fix the query, or 'none'.")

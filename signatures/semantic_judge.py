@@ -1,4 +1,12 @@
-"""Semantic judge (paper section 4, semantic sub-loop): does the SQL mean what the question asks?"""
+"""Semantic judge (paper section 4, semantic sub-loop): does the SQL mean what the question asks?
+
+Two forms of the same four criteria (setting ``judge_form``): ``SemanticJudge`` asks for a
+rationale and a 1-10 score per criterion; ``SemanticChecks`` asks each criterion as a True/False
+question, answered first, and the program places the probability of True on the 1-10 scale
+(``programs/judgment.py``). The second costs a few tokens instead of four rationales, and on the
+embedded 1.5B it ranks right and wrong SQL where the scores do not
+(experiments/results/judge_scale.md).
+"""
 from __future__ import annotations
 
 import dspy
@@ -44,4 +52,29 @@ class SemanticJudge(AboutAQuestion):
     logic_rationale: str = dspy.OutputField(desc="One short line on filters, arithmetic and conditions.")
     query_logic: Score10 = dspy.OutputField(desc=SEMANTIC_SCALE.describe(
         "Q", {1: "answers a different question", 5: "one condition wrong", 10: "all correct"}))
+    diagnosis: str = dspy.OutputField(desc="The concrete problems and their fixes, or 'none'.")
+
+
+class SemanticChecks(AboutAQuestion):
+    """You review a SQL query written for a question, before it runs. Judge its meaning, not its
+    style, on four criteria: the columns it selects and filters on; its granularity and aggregation;
+    its joins; its logic (filters, literals, ordering, arithmetic, NULLs). Answer each with True or
+    False, then give a diagnosis: the concrete problems and how to fix them, or "none" if there are
+    none."""
+
+    schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
+    sql: str = dspy.InputField(desc="The SQL query under review.")
+
+    columns_right: bool = dspy.OutputField(desc=(
+        "True when it selects and filters on exactly the columns the question refers to, with the right meaning "
+        "(e.g. the price column, not an id), and returns no extra columns"))
+    granularity_right: bool = dspy.OutputField(desc=(
+        "True when the level of detail is the asked one (per item, per group or one total), with the right "
+        "aggregate, GROUP BY, DISTINCT and LIMIT"))
+    joins_right: bool = dspy.OutputField(desc=(
+        "True when the tables are joined on the right keys, with no missing bridge table and no spurious join "
+        "that duplicates rows (or no join is needed)"))
+    logic_right: bool = dspy.OutputField(desc=(
+        "True when the filters, value literals, ordering, arithmetic (no integer division for ratios) and NULL "
+        "handling are right"))
     diagnosis: str = dspy.OutputField(desc="The concrete problems and their fixes, or 'none'.")

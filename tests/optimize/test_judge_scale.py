@@ -29,11 +29,13 @@ def test_each_form_asks_for_the_scores_its_own_way():
     assert shipped.index("column_consistency") > shipped.index("column_rationale")
     entailment = list(form_signature("entailment", "flipped")[0].output_fields)
     assert entailment == ["schema_rationale", "e_schema", "data_rationale", "e_data", "diagnosis"]
-    # Every form keeps the judge's name (accounting and scripted replies go by it) and its inputs.
+    # Every form keeps the judge's name (accounting and scripted replies go by it), but the checks
+    # form, which is the shipped signature of judge_form: checks.
     for judge in ("semantic", "entailment"):
         for form in FORMS:
             sig, _ = form_signature(judge, form)
-            assert sig.__name__ == {"semantic": "SemanticJudge", "entailment": "EntailmentJudge"}[judge]
+            kind = "Checks" if form == "checks" else "Judge"
+            assert sig.__name__ == {"semantic": "Semantic", "entailment": "Entailment"}[judge] + kind
 
 
 def _case(correct: bool):
@@ -196,7 +198,7 @@ def test_yes_no_forms_ask_true_or_false_and_place_the_answer_on_the_scale():
     reply = {"columns_right": Probabilities({True: 0.8, False: 0.2}), "granularity_right": Probabilities({True: 1.0}),
              "joins_right": Probabilities({False: 0.7, True: 0.3}), "logic_right": Probabilities({True: 0.5, False: 0.5}),
              "diagnosis": "the join key is wrong"}
-    judged = judge_case(_case(False), "semantic", "checks", settings, ScriptedLM([reply]))
+    judged = judge_case(_case(False), "semantic", "checks", settings, ScriptedLM({"SemanticChecks": reply}))
     assert judged.values == {"column_consistency": 10.0, "granularity": 10.0, "join_consistency": 1.0,
                              "query_logic": 10.0}
     assert judged.expected_values == {"column_consistency": 8.2, "granularity": 10.0, "join_consistency": 3.7,
