@@ -278,13 +278,28 @@ def summarize(rows: list[Judged], settings: Settings) -> list[dict[str, Any]]:
                     "mean_right": round(sum(right) / len(right), 2) if right else None,
                     "mean_wrong": round(sum(wrong) / len(wrong), 2) if wrong else None,
                     "seconds_per_reply": round(sum(r.seconds for r in mine) / len(mine), 1),
+                    **best_threshold(parsed, len(mine)),
                 })
     return out
 
 
+def best_threshold(parsed: list[tuple[float, bool]], n: int) -> dict[str, float | None]:
+    """The threshold with the best agreement on these cases (accept at or above it), halfway between
+    two adjacent scores, and that agreement. Chosen on the cases it is reported for, it flatters
+    them: carry it to other cases (``--set theta_s=...``) to measure it."""
+    scores = sorted({score for score, _ in parsed})
+    if len(scores) < 2:
+        return {"best_threshold": None, "agreement_at_best": None}
+    cuts = [round((a + b) / 2, 3) for a, b in zip(scores, scores[1:])]
+    agreement = {cut: sum((score >= cut) == correct for score, correct in parsed) / n for cut in cuts}
+    # Of equal agreements the lowest: the loops then send back fewer answers for another round.
+    best = max(cuts, key=lambda cut: (agreement[cut], -cut))
+    return {"best_threshold": best, "agreement_at_best": round(agreement[best], 3)}
+
+
 def markdown(summary: list[dict[str, Any]], header: str) -> str:
     cols = ("judge", "form", "scores", "n", "unusable", "auc", "agreement", "all_bottom", "mean_right", "mean_wrong",
-            "seconds_per_reply")
+            "seconds_per_reply", "best_threshold", "agreement_at_best")
     lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in summary:
         lines.append("| " + " | ".join("–" if row[c] is None else str(row[c]) for c in cols) + " |")

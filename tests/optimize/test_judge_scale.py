@@ -214,3 +214,15 @@ def test_yes_no_forms_ask_true_or_false_and_place_the_answer_on_the_scale():
     stated, expected = summarize(rows, settings)
     assert (stated["auc"], expected["auc"]) == (1.0, 1.0)
     assert expected["mean_right"] == 3.4
+
+
+def test_the_best_threshold_is_between_two_scores_and_maximises_agreement():
+    from reflect_sql.optimize.judge_scale import best_threshold
+
+    # Right ones at 8.6 and 8.5, wrong ones at 8.4 and 8.55: accepting from 8.45 or from 8.575 gets
+    # 3 of 4; the lower one is kept.
+    parsed = [(8.6, True), (8.5, True), (8.4, False), (8.55, False)]
+    assert best_threshold(parsed, 4) == {"best_threshold": 8.45, "agreement_at_best": 0.75}
+    # An unusable reply counts against agreement: n is every case, not only the parsed ones.
+    assert best_threshold(parsed, 5)["agreement_at_best"] == 0.6
+    assert best_threshold([(3.0, True), (3.0, False)], 2) == {"best_threshold": None, "agreement_at_best": None}
