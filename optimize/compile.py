@@ -239,6 +239,10 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     if out.suffix != ".json":
         raise UserError(f"--out must name a .json file, not {out}")
 
+    if settings.judge_form != "scores" and any(t in JUDGE_TARGETS for t in targets):
+        # The labelled judgments (optimize/labelled.py) are written as scores and rationales.
+        raise UserError(f"compile writes judge anchors in the scores form, not judge_form {settings.judge_form}: "
+                        f"compile the judges with judge_form scores, or leave them out of compile.targets")
     evaluated = experiment.dataset.load()
     train = train_questions(experiment, options, evaluated)
     fit_q, val_q = hold_out(train, options.judge_val_fraction, options.seed)

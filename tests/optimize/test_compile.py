@@ -287,3 +287,17 @@ def test_labeled_anchors_alternate_right_and_wrong():
     assert [e.sql for e in balanced(examples, seed=1)] != [e.sql for e in order]  # seeded, not fixed
     generator = [dspy.Example(sql=str(i)) for i in range(5)]
     assert sorted(e.sql for e in balanced(generator, seed=0)) == ["0", "1", "2", "3", "4"]
+
+
+def test_judges_in_the_checks_form_are_not_compiled_from_scored_judgments(opt_config, scripted_reply, tmp_path):
+    from dataclasses import replace
+
+    from reflect_sql.optimize.compile import compile_program
+
+    oc = opt_config("  train: {sample: 4, seed: 7, exclude_eval: true}\n")
+    experiment = replace(oc.experiment, settings=oc.experiment.settings.model_copy(update={"judge_form": "checks"}))
+    lm = _lm(scripted_reply)
+    with pytest.raises(UserError, match="judge anchors in the scores form, not judge_form checks"):
+        compile_program(replace(oc, experiment=experiment), tmp_path / "p.json", lms=(lm, lm),
+                        targets=["entailment_judge"])
+    assert not lm.calls and not (tmp_path / "p.json").exists()
