@@ -1,0 +1,25 @@
+"""Every config shipped under experiments/configs loads, and the variants say what their comments say."""
+from pathlib import Path
+
+import pytest
+
+from reflect_sql.experiments.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
+# Configs whose dataset lives outside ../shared (generated on demand) or that list variants.
+NOT_EVAL = {"reflection.yaml", "ablation.yaml", "full_vs_single_pass.yaml", "restaurant_languages.yaml"}
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in CONFIGS.glob("*.yaml") if p.name not in NOT_EVAL))
+def test_each_eval_config_loads(path):
+    config = load_config(CONFIGS / path)
+    assert config.name == Path(path).stem
+
+
+def test_the_checks_variant_is_full_repair_with_calibrated_thresholds():
+    checks = load_config(CONFIGS / "full_repair_checks.yaml").settings
+    scored = load_config(CONFIGS / "full_repair.yaml").settings
+    assert checks.judge_form == "checks" and scored.judge_form == "scores"
+    assert (checks.theta_s, checks.theta_e) == (8.334, 2.142)
+    differ = {k for k, v in checks.model_dump().items() if scored.model_dump()[k] != v}
+    assert differ == {"judge_form", "theta_s", "theta_e"}
