@@ -34,7 +34,7 @@ def _tokens(logprobs: Any) -> list[Any]:
     return list(content or [])
 
 
-def _value_start(text: str, field: str, first: str = r"\d") -> int | None:
+def _value_start(text: str, field: str, first: str) -> int | None:
     """Where the value of ``field`` begins in a ChatAdapter or JSON reply (its first character
     matching ``first``: a digit for a score)."""
     header = re.compile(r"\[\[ ## " + re.escape(field) + r" ## \]\]\s*|\"" + re.escape(field) + r"\"\s*:\s*\"?")
@@ -47,31 +47,36 @@ def _value_start(text: str, field: str, first: str = r"\d") -> int | None:
     return value.start(1) if value else None
 
 
-def _token_at(tokens: list[Any], offsets: list[int], start: int) -> int | None:
+def _value_token(tokens: list[Any], text: str, offsets: list[int], field: str, first: str) -> int | None:
+    """The index of the token in which ``field``'s value begins (see ``_value_start``), or None."""
+    start = _value_start(text, field, first)
+    if start is None:
+        return None
     return next((i for i, off in enumerate(offsets) if off <= start < off + len(str(_get(tokens[i], "token")))), None)
+
+
+def _alternatives(token: Any) -> list[Any]:
+    return list(_get(token, "top_logprobs") or []) or [token]
 
 
 def _probability_of_zero_next(tokens: list[Any], index: int) -> float | None:
     if index + 1 >= len(tokens):
         return None
     following = tokens[index + 1]
-    alternatives = list(_get(following, "top_logprobs") or []) or [following]
+    alternatives = _alternatives(following)
     return sum(math.exp(_get(a, "logprob")) for a in alternatives if str(_get(a, "token")).startswith("0"))
 
 
 def field_expectation(tokens: list[Any], text: str, offsets: list[int], field: str, scale: Scale) -> float | None:
     """The expected score of one field, or None when its digit cannot be located in the tokens."""
-    start = _value_start(text, field)
-    if start is None:
-        return None
-    index = _token_at(tokens, offsets, start)
+    index = _value_token(tokens, text, offsets, field, r"\d")
     if index is None:
         return None
     chosen = tokens[index]
     chosen_text = str(_get(chosen, "token")).strip()
     if not chosen_text.isdigit():
         return None
-    alternatives = list(_get(chosen, "top_logprobs") or []) or [chosen]
+    alternatives = _alternatives(chosen)
     ambiguous_one = scale.high >= 10 and scale.low <= 1
     if chosen_text == "1" and ambiguous_one:
         seen = _probability_of_zero_next(tokens, index)
@@ -105,16 +110,11 @@ def truth_probability(tokens: list[Any], text: str, offsets: list[int], field: s
     """How sure the model was that a yes/no field is true: the probability of the true words at the
     position where the field's value was written, against the false ones (None when the value is
     not located, or neither word is among the alternatives there)."""
-    start = _value_start(text, field, first=r"[A-Za-z]")
-    if start is None:
-        return None
-    index = _token_at(tokens, offsets, start)
+    index = _value_token(tokens, text, offsets, field, r"[A-Za-z]")
     if index is None:
         return None
-    chosen = tokens[index]
-    alternatives = list(_get(chosen, "top_logprobs") or []) or [chosen]
     yes = no = 0.0
-    for alternative in alternatives:
+    for alternative in _alternatives(tokens[index]):
         word = str(_get(alternative, "token")).strip().strip('"').lower()
         if word in TRUE_WORDS:
             yes += math.exp(_get(alternative, "logprob"))
