@@ -9,7 +9,11 @@ similar verified example used it.
 1. Tables: of the top ``k``, the best is kept, and each other one if its score is close to the
    best (``retrieval_table_margin``) or the question gives direct evidence for it (names the table, names one
    of its columns, quotes one of its values). Then the tables on FK paths needed to join the kept
-   ones are added (bridges), whatever k.
+   ones are added (bridges), whatever k. A table the question or its evidence references
+   explicitly, as ``table.column`` or by an identifier only it has (a table name, or a column name
+   with an underscore that no other table uses), is kept too, whatever k
+   (``keep_referenced_tables``): such a reference is not a guess, and a five-table join asked
+   about with k = 4 otherwise loses one of them.
 2. Columns: in each kept table, the key columns joining it to the other kept tables are always
    kept (and the primary key of a lone table); of the rest, up to ``m`` by score, each needing
    ``retrieval_column_floor``: cosine similarity alone rarely reaches it, a name or value match does. A
@@ -83,6 +87,8 @@ class Weights:
 # with other tables (specificity 1), no value match.
 NO_EVIDENCE = (0.0, 1.0, 0.0)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# table.column, each part optionally quoted as SQL writes it ("orders"."id", `orders`.`id`, [orders].[id]).
+_QUALIFIED = re.compile(r'(?<![\w.])["`\[]?([A-Za-z_][A-Za-z0-9_]*)["`\]]?\.["`\[]?([A-Za-z_][A-Za-z0-9_]*)')
 
 
 # Names repeat across tables and questions ("name", "id", ...), and every question scores every
@@ -314,6 +320,25 @@ class Retriever:
 
         return enrichment.enrich(self.path, question, sql, result, judgments, evidence=evidence)
 
+    def referenced_tables(self, text: str) -> set[str]:
+        """Tables ``text`` references explicitly: as ``table.column`` (a column the table has), by
+        name when the name is an identifier no English word is (it has an underscore), or by a
+        column identifier with an underscore that exactly one table has (``served_at``). Plain words
+        ("tables", "name") and column names shared by several tables reference nothing."""
+        by_name = {t.name.lower(): t for t in self.kb.tables}
+        found: set[str] = set()
+        for table, column in _QUALIFIED.findall(text):
+            entry = by_name.get(table.lower())
+            if entry is not None and entry.column(column) is not None:
+                found.add(entry.name)
+        for ident in {m.lower() for m in _IDENT.findall(text) if "_" in m.strip("_")}:
+            if ident in by_name:
+                found.add(by_name[ident].name)
+            owners = {t.name for t, _ in self._columns_of_name.get(ident, ())}
+            if len(owners) == 1:
+                found |= owners
+        return found
+
     # --- join graph ------------------------------------------------------------------------
 
     def _fk_graph(self) -> dict[str, set[str]]:
@@ -451,6 +476,8 @@ class Retriever:
         ranked = sorted((t.name for t in self.kb.tables), key=lambda n: (-scores[n], n))
         top = scores[ranked[0]] if ranked else 0.0
         chosen = [n for i, n in enumerate(ranked[:k]) if i == 0 or strong[n] or scores[n] >= top - margin]
+        referenced = self.referenced_tables(everything) if st.keep_referenced_tables else set()
+        chosen += [n for n in ranked if n in referenced and n not in chosen]
         bridges = self.connect(chosen)
         selected = chosen + bridges
 

@@ -48,6 +48,9 @@ class Settings(BaseModel):
     k_growth: int = Field(2, ge=0, description="Tables added to k each time retrieval is judged insufficient.")
     m_growth: int = Field(4, ge=0, description="Columns added to m each time retrieval is judged insufficient.")
     max_retrieval_iterations: int = Field(3, ge=1, description="Cap on retrieval-loop rounds.")
+    keep_referenced_tables: bool = Field(
+        True, description="Keep, beyond k, the tables the question or evidence references explicitly: as "
+        "table.column, or by an identifier only that table has (its name or a column name with an underscore).")
     context_budget_tokens: int = Field(
         1536, ge=0, description="Prompt budget of a KB schema context, in estimated tokens. A database whose "
         "whole schema fits is passed whole (and the retrieval judge, with nothing to add, is not asked); else the "
