@@ -27,7 +27,7 @@ from reflect_sql.programs.invoke import cost_of
 from reflect_sql.programs.language import QuestionRenderer
 from reflect_sql.programs.retrieval_loop import RetrievalLoop, RetrievalState
 from reflect_sql.programs.retriever import ContextProvider
-from reflect_sql.programs.selection import select
+from reflect_sql.programs.selection import result_digest, select
 from reflect_sql.programs.synthesis_loop import SynthesisLoop
 from reflect_sql.programs.trace import Trace, TraceStep, json_safe
 from reflect_sql.programs.verification import fully_verified
@@ -76,7 +76,11 @@ class ReflectSQL(dspy.Module):
         chosen = chosen or final
         kept = chosen is final
         trace.add(TraceStep("selection", chosen.round if chosen is not None else 0, 0,
-                            inputs={"sql": chosen.sql if chosen is not None else None},
+                            inputs={"sql": chosen.sql if chosen is not None else None,
+                                    # Every candidate the rule chose among: what a study of selection
+                                    # needs to tell a bad rule from a pool with no right answer in it.
+                                    "pool": [{"sql": c.sql, "result": result_digest(c), "semantic": c.semantic_score,
+                                              "entailment": c.entailment_score} for c in pool.candidates]},
                             scores={**detail, "repeats": pool.repeats, "samples": pool.samples},
                             decision=("kept the loops' answer" if kept else "chose another candidate of the pool")))
         return chosen, (chosen.context if chosen is not None and chosen.context is not None else context), success and kept

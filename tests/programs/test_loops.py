@@ -446,6 +446,12 @@ def test_extra_candidates_join_the_pool_and_a_vote_can_overrule_the_loops(run, h
         if rule == "vote":
             (selection,) = steps(pred, "selection")
             assert selection["scores"]["pool"] == 3 and selection["scores"]["group_sizes"] == [2, 1]
+            # The trace lists the whole pool with each candidate's result digest and scores.
+            listed = selection["inputs"]["pool"]
+            assert {c["sql"] for c in listed} == {ALSO_GOOD, names, same_names}
+            by_sql = {c["sql"]: c for c in listed}
+            assert by_sql[names]["result"] == by_sql[same_names]["result"] != by_sql[ALSO_GOOD]["result"]
+            assert by_sql[ALSO_GOOD]["entailment"] is not None and by_sql[names]["entailment"] is None
             assert selection["decision"] == "chose another candidate of the pool"
             assert steps(pred, "enrichment")[-1]["decision"].startswith("skipped")
         else:
