@@ -1,0 +1,97 @@
+"""How much a selection rule could gain: the candidates of each question of eval runs, scored against gold.
+
+    python -m reflect_sql.experiments.pool_report RUN_DIR [RUN_DIR ...]
+
+For each question, the candidates are the pool the selection step lists in the trace (setting
+``selection`` other than ``paper``); a run without that step offers every SQL its trace wrote
+(generations, samples, repairs). Each candidate is scored by the harness's own rule (``match``), so
+"oracle" is the EX a perfect chooser would reach over the same candidates: the headroom of
+selection. Prints a markdown table: EX of the answers given, oracle EX, candidates and distinct
+results per question, and the questions a right candidate was in the pool of but not chosen.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from reflect_sql.experiments.datasets import Question, load_dataset
+from reflect_sql.experiments.metrics import match
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    path = run / "results.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"pool_report: error: no results.jsonl in {run}")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def candidates(steps: list[dict[str, Any]]) -> tuple[list[str], list[str | None] | None]:
+    """(candidate SQL, their result digests or None when the trace has no pool listing)."""
+    for step in reversed(steps):
+        pool = (step.get("inputs") or {}).get("pool") if step.get("loop") == "selection" else None
+        if pool is not None:
+            return [c["sql"] for c in pool], [c.get("result") for c in pool]
+    written = []
+    for step in steps:
+        sql = (step.get("rewrite") or {}).get("sql")
+        if sql and sql not in written:
+            written.append(sql)
+    return written, None
+
+
+def _questions(run: Path) -> tuple[dict[str, Question], str]:
+    meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    ds = meta["dataset"]
+    selection = {k: ds.get(k) for k in ("sample", "seed", "limit", "db_ids") if ds.get(k) is not None}
+    return {q.key: q for q in load_dataset(ds["format"], ds["root"], ds.get("split", "dev"), **selection)}, ds["format"]
+
+
+def study(run: Path) -> dict[str, Any]:
+    questions, fmt = _questions(run)
+    rows = []
+    for record in _records(run):
+        key = str(record["question_id"])
+        question = questions.get(key)
+        trace_file = run / "traces" / f"{key}.json"
+        if question is None or not trace_file.is_file():
+            continue
+        sqls, digests = candidates(json.loads(trace_file.read_text(encoding="utf-8")))
+        right = [match(fmt, sql, question.gold_sql, question.db_path).correct for sql in sqls]
+        rows.append({"key": key, "correct": bool(record.get("correct")), "oracle": any(right) or bool(record.get("correct")),
+                     "candidates": len(sqls), "right_candidates": sum(right),
+                     "distinct_results": len({d for d in digests if d is not None}) if digests is not None else None})
+    return {"run": run.name, "rows": rows}
+
+
+def report(runs: list[Path]) -> str:
+    lines = ["| run | n | EX | oracle EX over the candidates | candidates/q | distinct results/q | right in the pool, not chosen |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for run in runs:
+        found = study(run)
+        rows = found["rows"]
+        if not rows:
+            lines.append(f"| {found['run']} | 0 | – | – | – | – | – |")
+            continue
+        n = len(rows)
+        ex, oracle = sum(r["correct"] for r in rows), sum(r["oracle"] for r in rows)
+        distinct = [r["distinct_results"] for r in rows if r["distinct_results"] is not None]
+        missed = [r["key"] for r in rows if r["oracle"] and not r["correct"]]
+        lines.append(f"| {found['run']} | {n} | {100 * ex / n:.1f}% ({ex}) | {100 * oracle / n:.1f}% ({oracle}) | "
+                     f"{sum(r['candidates'] for r in rows) / n:.2f} | "
+                     f"{f'{sum(distinct) / len(distinct):.2f}' if distinct else '– (no pool listed)'} | "
+                     f"{', '.join(missed) or 'none'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="eval output directories")
+    print(report(parser.parse_args(argv).runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
