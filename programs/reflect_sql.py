@@ -27,7 +27,7 @@ from reflect_sql.programs.invoke import cost_of
 from reflect_sql.programs.language import QuestionRenderer
 from reflect_sql.programs.retrieval_loop import RetrievalLoop, RetrievalState
 from reflect_sql.programs.retriever import ContextProvider
-from reflect_sql.programs.selection import result_digest, select
+from reflect_sql.programs.selection import groups, result_digest, select
 from reflect_sql.programs.synthesis_loop import SynthesisLoop
 from reflect_sql.programs.trace import Trace, TraceStep, json_safe
 from reflect_sql.programs.verification import fully_verified
@@ -72,6 +72,8 @@ class ReflectSQL(dspy.Module):
         for c in pool.candidates:
             if c.result is None and c.execution_error is None:
                 c.result, c.execution_error = execute(self.handles.engine, c.sql, s)
+        if s.judge_pool and s.use_entailment:
+            self._judge_groups(question, evidence, pool, trace)
         chosen, detail = select(pool.candidates, s)
         chosen = chosen or final
         kept = chosen is final
@@ -84,6 +86,17 @@ class ReflectSQL(dspy.Module):
                             scores={**detail, "repeats": pool.repeats, "samples": pool.samples},
                             decision=("kept the loops' answer" if kept else "chose another candidate of the pool")))
         return chosen, (chosen.context if chosen is not None and chosen.context is not None else context), success and kept
+
+    def _judge_groups(self, question: str, evidence: str, pool: CandidatePool, trace: Trace) -> None:
+        """E for every result group the loops left unjudged: its best candidate is judged as the
+        entailment loop judges, and the verdict serves selection only (nothing loops back)."""
+        for group in groups(pool.candidates):
+            if all(c.entailment_score is None for c in group.members):
+                representative, at = group.best, len(trace.steps)
+                self.entailment_loop(question=question, evidence=evidence, candidate=representative, trace=trace,
+                                     round=representative.round)
+                step = trace.steps[at]  # the entailment step this call added
+                step.decision, step.feedback = f"judged for selection ({len(group.members)} agreeing candidate(s))", None
 
     def _loops(self, question: str, evidence: str, trace: Trace, pool: CandidatePool) -> tuple[Candidate | None, Any, bool]:
         s = self.settings

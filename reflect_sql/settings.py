@@ -121,6 +121,9 @@ class Settings(BaseModel):
     vote_weight_agreement: float = Field(0.5, ge=0.0, description="judge_vote: weight of a group's share of the voters.")
     vote_weight_semantic: float = Field(0.25, ge=0.0, description="judge_vote: weight of its members' mean S, scaled to 0-1.")
     vote_weight_entailment: float = Field(0.25, ge=0.0, description="judge_vote: weight of its members' mean E, scaled to 0-1.")
+    judge_pool: bool = Field(False, description="Before a selection other than paper, the entailment judge scores the "
+                             "best candidate of each result group none of whose members it scored (one call per such "
+                             "group), so that judge_vote weighs every group by E.")
 
     # --- Entailment loop (paper section 5) ---
     theta_e: float = Field(3.0, description="Entailment threshold on E (scale 1-5).")

@@ -23,3 +23,15 @@ def test_the_checks_variant_is_full_repair_with_calibrated_thresholds():
     assert (checks.theta_s, checks.theta_e) == (8.334, 2.142)
     differ = {k for k, v in checks.model_dump().items() if scored.model_dump()[k] != v}
     assert differ == {"judge_form", "theta_s", "theta_e"}
+
+
+def test_the_judged_pool_shares_repair_votes_generations_and_differs_only_in_judging():
+    pool = load_config(CONFIGS / "repair_judged_pool.yaml").settings
+    vote = load_config(CONFIGS / "repair_vote.yaml").settings
+    repair = load_config(CONFIGS / "repair_only.yaml").settings
+    assert {k for k, v in vote.model_dump().items() if repair.model_dump()[k] != v} == {
+        "n_candidates", "resample_temperature", "selection"}
+    differ = {k for k, v in pool.model_dump().items() if vote.model_dump()[k] != v}
+    assert differ == {"use_entailment", "max_entailment_iterations", "judge_form", "theta_e", "selection", "judge_pool",
+                      "vote_weight_semantic", "vote_weight_entailment"}
+    assert pool.vote_weight_semantic == 0.0 and pool.judge_pool and not pool.use_semantic_reflection

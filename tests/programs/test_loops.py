@@ -458,6 +458,32 @@ def test_extra_candidates_join_the_pool_and_a_vote_can_overrule_the_loops(run, h
             assert not steps(pred, "selection")
 
 
+def test_judge_pool_scores_each_unjudged_result_group_and_can_turn_a_vote(run, helpers):
+    """Two samples agree on a result the loops never judged; the loops' answer is alone. By agreement
+    alone (an unjudged group counts as E neutral) the pair wins; judged, its E is at the bottom and
+    the loops' answer wins. One extra entailment call: one per unjudged group, not per candidate."""
+    names, same_names = "SELECT name FROM stores", "SELECT name FROM stores WHERE 1 = 1"
+    weights = dict(n_candidates=3, selection="judge_vote", vote_weight_agreement=0.5, vote_weight_semantic=0.0,
+                   vote_weight_entailment=0.5)
+    verdicts = {ALSO_GOOD: helpers.entailment(4, 4), names: helpers.entailment(1, 1, "names only, no rate"),
+                same_names: helpers.entailment(1, 1, "names only, no rate")}
+    chosen = {}
+    for judged in (False, True):
+        script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": names}, {"sql": same_names}],
+                                EntailmentJudge=lambda inputs: verdicts[inputs["sql"]])
+        pred, lm = run(script, Settings(judge_pool=judged, **weights))
+        chosen[judged] = pred.sql
+        judged_sql = [i["sql"] for i in helpers.inputs_of(lm, "EntailmentJudge")]
+        if judged:
+            assert judged_sql[0] == ALSO_GOOD and judged_sql[1:] in ([names], [same_names])
+            extra = [st for st in steps(pred, "entailment") if st["decision"].startswith("judged for selection")]
+            assert len(extra) == 1 and extra[0]["decision"] == "judged for selection (2 agreeing candidate(s))"
+            assert extra[0]["feedback"] is None and extra[0]["scores"]["E"] == 1
+        else:
+            assert judged_sql == [ALSO_GOOD]
+    assert chosen[False] in (names, same_names) and chosen[True] == ALSO_GOOD
+
+
 def test_a_whole_database_context_is_accepted_without_asking_the_retrieval_judge(run, retriever, helpers, monkeypatch):
     """Neither a rewrite nor a wider k and m can add to the whole database, so no judge call is spent."""
     from reflect_sql.programs.retriever import SchemaRetriever
