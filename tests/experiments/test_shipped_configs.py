@@ -7,7 +7,7 @@ from reflect_sql.experiments.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 # Configs whose dataset lives outside ../shared (generated on demand) or that list variants.
-NOT_EVAL = {"reflection.yaml", "ablation.yaml", "full_vs_single_pass.yaml", "restaurant_languages.yaml"}
+NOT_EVAL = {"reflection.yaml", "ablation.yaml", "sampling_and_selection.yaml", "full_vs_single_pass.yaml", "restaurant_languages.yaml"}
 
 
 @pytest.mark.parametrize("path", sorted(p.name for p in CONFIGS.glob("*.yaml") if p.name not in NOT_EVAL))
@@ -35,3 +35,12 @@ def test_the_judged_pool_shares_repair_votes_generations_and_differs_only_in_jud
     assert differ == {"use_entailment", "max_entailment_iterations", "judge_form", "theta_e", "selection", "judge_pool",
                       "vote_weight_semantic", "vote_weight_entailment"}
     assert pool.vote_weight_semantic == 0.0 and pool.judge_pool and not pool.use_semantic_reflection
+
+
+@pytest.mark.parametrize("path", ["ablation.yaml", "reflection.yaml", "sampling_and_selection.yaml", "full_vs_single_pass.yaml"])
+def test_each_ablation_set_loads_with_its_baseline_among_the_variants(path):
+    from reflect_sql.experiments.ablation import load_ablation
+
+    name, baseline, configs = load_ablation(CONFIGS / path, [], None)
+    names = [c.name for c in configs]
+    assert baseline in names and len(set(names)) == len(names) >= 2
