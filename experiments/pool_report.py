@@ -19,13 +19,8 @@ from typing import Any
 
 from reflect_sql.experiments.datasets import Question, load_dataset
 from reflect_sql.experiments.metrics import match
-
-
-def _records(run: Path) -> list[dict[str, Any]]:
-    path = run / "results.jsonl"
-    if not path.is_file():
-        raise SystemExit(f"pool_report: error: no results.jsonl in {run}")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+from reflect_sql.errors import UserError
+from reflect_sql.experiments.results_log import read_run
 
 
 def candidates(steps: list[dict[str, Any]]) -> tuple[list[str], list[str | None] | None]:
@@ -42,17 +37,17 @@ def candidates(steps: list[dict[str, Any]]) -> tuple[list[str], list[str | None]
     return written, None
 
 
-def _questions(run: Path) -> tuple[dict[str, Question], str]:
-    meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+def _questions(meta: dict[str, Any]) -> tuple[dict[str, Question], str]:
     ds = meta["dataset"]
     selection = {k: ds.get(k) for k in ("sample", "seed", "limit", "db_ids") if ds.get(k) is not None}
     return {q.key: q for q in load_dataset(ds["format"], ds["root"], ds.get("split", "dev"), **selection)}, ds["format"]
 
 
 def study(run: Path) -> dict[str, Any]:
-    questions, fmt = _questions(run)
+    meta, records = read_run(run)
+    questions, fmt = _questions(meta)
     rows = []
-    for record in _records(run):
+    for record in records:
         key = str(record["question_id"])
         question = questions.get(key)
         trace_file = run / "traces" / f"{key}.json"
@@ -89,7 +84,12 @@ def report(runs: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="eval output directories")
-    print(report(parser.parse_args(argv).runs))
+    args = parser.parse_args(argv)
+    try:
+        print(report(args.runs))
+    except UserError as exc:
+        print(f"pool_report: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -81,3 +81,27 @@ class ResultsLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The finished records of an eval output directory, for reports: read only, so a run still
+    writing is not touched (its partial last line, if any, is skipped)."""
+    results = Path(run_dir) / "results.jsonl"
+    if not results.is_file():
+        raise UserError(f"{run_dir} is not an eval output directory (no results.jsonl)")
+    records: dict[str, dict[str, Any]] = {}
+    for line in results.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+            records.setdefault(str(record["question_id"]), record)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return list(records.values())
+
+
+def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An eval output directory's ``run.json`` and its finished records (``read_records``)."""
+    meta = Path(run_dir) / "run.json"
+    if not meta.is_file():
+        raise UserError(f"{run_dir} is not an eval output directory (no run.json)")
+    return json.loads(meta.read_text(encoding="utf-8")), read_records(run_dir)

@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from reflect_sql.errors import UserError
+from reflect_sql.experiments.results_log import read_records
 from reflect_sql.experiments.smartrestaurant import QUESTIONS
 from reflect_sql.experiments.smartrestaurant.bird_layout import twin_pairs
 
@@ -21,15 +23,7 @@ DIFFICULTIES = ("simple", "moderate", "challenging")
 
 
 def _results(run: Path) -> dict[str, dict]:
-    path = run / "results.jsonl"
-    if not path.is_file():
-        raise SystemExit(f"language_report: error: no results.jsonl in {run}")
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out[str(row["question_id"])] = row
-    return out
+    return {str(row["question_id"]): row for row in read_records(run)}
 
 
 def _share(rows: list[dict]) -> str:
@@ -69,7 +63,12 @@ def report(runs: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="eval output directories")
-    print(report(parser.parse_args(argv).runs))
+    args = parser.parse_args(argv)
+    try:
+        print(report(args.runs))
+    except UserError as exc:
+        print(f"language_report: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

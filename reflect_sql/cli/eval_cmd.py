@@ -168,18 +168,13 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from reflect_sql.errors import UserError
     from reflect_sql.experiments import calibration
-    from reflect_sql.experiments.results_log import ResultsLog
+    from reflect_sql.experiments.results_log import read_run
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "results.jsonl").is_file() or not (run_dir / "run.json").is_file():
-        raise UserError(f"{run_dir} is not an eval output directory (no results.jsonl and run.json)")
-    meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    meta, records = read_run(run_dir)
     thresholds = {k: meta["settings"][k] for k in ("theta_r", "theta_s", "theta_e")}
-    log = ResultsLog(run_dir / "results.jsonl")
-    log.close()
-    rows = calibration.report(list(log.records.values()), thresholds, run_dir)
+    rows = calibration.report(records, thresholds, run_dir)
     print(json.dumps(rows, indent=2) if args.json else calibration.markdown(rows).rstrip())
     return 0
 

@@ -43,3 +43,9 @@ def test_oracle_counts_a_right_candidate_the_rule_did_not_choose(benchmarks_dir,
     assert main([str(run)]) == 0
     table = capsys.readouterr().out
     assert f"| run | 3 | 33.3% (1) | 66.7% (2) | 2.00 | 2.00 | {first.key} |" in table
+
+
+def test_a_directory_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pool_report: error: ") and "not an eval output directory" in err and "\n" not in err
