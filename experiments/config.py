@@ -49,6 +49,8 @@ _NOT_IN_FINGERPRINT = {"lm_record_dir", "lm_replay_dir", "lm_cache", "cache_dir"
                        "judge_lm_api_key_env"}
 # Settings added after runs were first fingerprinted: left out while at their default, so that a run
 # started before they existed still resumes, and in once changed, so that it then does not.
+# (keep_referenced_tables is not among them: its default changed what retrieval returns, so a run
+# started before it existed must not resume under it.)
 _IN_FINGERPRINT_WHEN_CHANGED = {"max_value_bytes", "render_questions", "judge_form", "judge_pool", *RETRIEVAL_WEIGHT_KEYS}
 _SECTIONS = {"dataset": _DATASET_KEYS, "mlflow": _MLFLOW_KEYS, "kb": _KB_KEYS}
 

@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reflect_sql.errors import UserError
 from reflect_sql.experiments.datasets import Question, load_dataset
 from reflect_sql.experiments.metrics import match
-from reflect_sql.errors import UserError
 from reflect_sql.experiments.results_log import read_run
+from reflect_sql.settings import Settings
 
 
 def candidates(steps: list[dict[str, Any]]) -> tuple[list[str], list[str | None] | None]:
@@ -46,15 +47,17 @@ def _questions(meta: dict[str, Any]) -> tuple[dict[str, Question], str]:
 def study(run: Path) -> dict[str, Any]:
     meta, records = read_run(run)
     questions, fmt = _questions(meta)
+    value_cap = meta.get("settings", {}).get("max_value_bytes", Settings().max_value_bytes)  # the run's engine cap
     rows = []
     for record in records:
         key = str(record["question_id"])
         question = questions.get(key)
         trace_file = run / "traces" / f"{key}.json"
         if question is None or not trace_file.is_file():
-            continue
+            raise UserError(f"{run}: question {key} has {'no trace file' if question is not None else 'no entry in the dataset'}; "
+                            "the report would count fewer questions than the run")
         sqls, digests = candidates(json.loads(trace_file.read_text(encoding="utf-8")))
-        right = [match(fmt, sql, question.gold_sql, question.db_path).correct for sql in sqls]
+        right = [match(fmt, sql, question.gold_sql, question.db_path, max_value_bytes=value_cap).correct for sql in sqls]
         rows.append({"key": key, "correct": bool(record.get("correct")), "oracle": any(right) or bool(record.get("correct")),
                      "candidates": len(sqls), "right_candidates": sum(right),
                      "distinct_results": len({d for d in digests if d is not None}) if digests is not None else None})

@@ -27,21 +27,8 @@ class ResultsLog:
         if not self.path.exists():
             return
         raw = self.path.read_bytes()
-        keep = offset = 0
-        for n, line in enumerate(raw.splitlines(keepends=True), 1):
-            offset += len(line)
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                    key = str(record["question_id"])
-                except (ValueError, KeyError, TypeError):
-                    if raw[offset:].strip():
-                        raise UserError(f"{self.path}: line {n} is corrupt (and not the last line a kill "
-                                        "could have cut); repair or remove the file") from None
-                    self.dropped_partial = True
-                    break
-                self.records.setdefault(key, record)
-            keep = offset
+        self.records, keep = parse_records(raw, self.path)
+        self.dropped_partial = bool(raw[keep:].strip())
         if keep < len(raw):
             with open(self.path, "r+b") as fh:
                 fh.truncate(keep)
@@ -83,20 +70,35 @@ class ResultsLog:
         self.close()
 
 
+def parse_records(raw: bytes, path: Path) -> tuple[dict[str, dict[str, Any]], int]:
+    """The records of a results file's bytes, by question (a question found twice keeps its first
+    line), and the length of the part that holds whole records. Only the last line may be cut (a
+    kill while writing, even inside a multibyte character); a corrupt line before it is an error."""
+    records: dict[str, dict[str, Any]] = {}
+    keep = offset = 0
+    for n, line in enumerate(raw.splitlines(keepends=True), 1):
+        offset += len(line)
+        if line.strip():
+            try:
+                record = json.loads(line)
+                key = str(record["question_id"])
+            except (ValueError, KeyError, TypeError):
+                if raw[offset:].strip():
+                    raise UserError(f"{path}: line {n} is corrupt (and not the last line a kill "
+                                    "could have cut); repair or remove the file") from None
+                break
+            records.setdefault(key, record)
+        keep = offset
+    return records, keep
+
+
 def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
     """The finished records of an eval output directory, for reports: read only, so a run still
-    writing is not touched (its partial last line, if any, is skipped)."""
+    writing is not touched (its cut last line, if any, is left out)."""
     results = Path(run_dir) / "results.jsonl"
     if not results.is_file():
         raise UserError(f"{run_dir} is not an eval output directory (no results.jsonl)")
-    records: dict[str, dict[str, Any]] = {}
-    for line in results.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-            records.setdefault(str(record["question_id"]), record)
-        except (ValueError, KeyError, TypeError):
-            continue
-    return list(records.values())
+    return list(parse_records(results.read_bytes(), results)[0].values())
 
 
 def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

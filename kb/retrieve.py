@@ -88,7 +88,11 @@ class Weights:
 NO_EVIDENCE = (0.0, 1.0, 0.0)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # table.column, each part optionally quoted as SQL writes it ("orders"."id", `orders`.`id`, [orders].[id]).
-_QUALIFIED = re.compile(r'(?<![\w.])["`\[]?([A-Za-z_][A-Za-z0-9_]*)["`\]]?\.["`\[]?([A-Za-z_][A-Za-z0-9_]*)')
+# Not inside an e-mail address or a dotted chain (a.b.c, file.tar.gz).
+_QUALIFIED = re.compile(r'(?<![\w.@])["`\[]?([A-Za-z_][A-Za-z0-9_]*)["`\]]?\.["`\[]?([A-Za-z_][A-Za-z0-9_]*)["`\]]?(?![\w.@])')
+# A quoted value ('john.doe@x.com', 'IN_PROGRESS') names no schema object; an apostrophe inside a
+# word ("Women's") opens no literal.
+_LITERAL = re.compile(r"(?<!\w)'[^']*'(?!\w)")
 
 
 # Names repeat across tables and questions ("name", "id", ...), and every question scores every
@@ -325,6 +329,7 @@ class Retriever:
         name when the name is an identifier no English word is (it has an underscore), or by a
         column identifier with an underscore that exactly one table has (``served_at``). Plain words
         ("tables", "name") and column names shared by several tables reference nothing."""
+        text = _LITERAL.sub(" ", text)
         by_name = {t.name.lower(): t for t in self.kb.tables}
         found: set[str] = set()
         for table, column in _QUALIFIED.findall(text):

@@ -258,7 +258,9 @@ def compile_program(oc: OptimizeConfig, out: str | Path, *, lms: tuple | None = 
     fmt = experiment.dataset.format
     timeout = experiment.score_timeout_s
 
-    program = skeleton(experiment.mode, settings)
+    # Saved programs hold the scored judges (programs/shipped.py reads them so), whatever form this
+    # run asks in: compiling the generator under judge_form checks must not save checks judges.
+    program = skeleton(experiment.mode, settings.model_copy(update={"judge_form": "scores"}))
     report: dict[str, Any] = {"optimizer": optimizer, "mode": experiment.mode, "targets": {}}
     try:
         cases_fit = cases_val = None

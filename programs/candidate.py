@@ -53,6 +53,18 @@ class CandidatePool:
             return
         self.candidates.append(candidate)
 
+    def adopt(self, final: Candidate) -> None:
+        """The loops' answer joins the pool in place of a candidate with its SQL (an extra sample the
+        loops' generation repeated, which no judge saw), so that selection weighs its judgments and
+        can tell when it kept it."""
+        if final.compiles is False:
+            return
+        for i, c in enumerate(self.candidates):
+            if c.sql == final.sql:
+                self.candidates[i] = final
+                return
+        self.candidates.append(final)
+
     def is_new(self, sql: str) -> bool:
         return normalise_sql(sql) not in self.generated
 

@@ -68,7 +68,7 @@ class ReflectSQL(dspy.Module):
         if s.selection == "paper":
             return final, context, success
         if final is not None:
-            pool.add(final)
+            pool.adopt(final)
         for c in pool.candidates:
             if c.result is None and c.execution_error is None:
                 c.result, c.execution_error = execute(self.handles.engine, c.sql, s)
@@ -95,7 +95,7 @@ class ReflectSQL(dspy.Module):
                 representative, at = group.best, len(trace.steps)
                 self.entailment_loop(question=question, evidence=evidence, candidate=representative, trace=trace,
                                      round=representative.round)
-                step = trace.steps[at]  # the entailment step this call added
+                step = next(st for st in trace.steps[at:] if st.loop == "entailment")
                 step.decision, step.feedback = f"judged for selection ({len(group.members)} agreeing candidate(s))", None
 
     def _loops(self, question: str, evidence: str, trace: Trace, pool: CandidatePool) -> tuple[Candidate | None, Any, bool]:

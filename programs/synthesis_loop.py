@@ -333,7 +333,9 @@ class SynthesisLoop(Loop):
         out = call.output
         labels = {label: getattr(out, field) for field, _, _, label in CRITERIA}
         # The checks form has no rationales: its True/False answers stand in their place.
-        rationales = {label: getattr(out, rationale, None) or _answered(out, field) for field, rationale, _, label in CRITERIA}
+        checks_form = self.settings.judge_form == "checks"
+        rationales = {label: _answered(out, field) if checks_form else getattr(out, rationale)
+                      for field, rationale, _, label in CRITERIA}
         candidate.semantic_score = semantic_score(labels, s)
         candidate.semantic = {"scores": labels, "rationales": rationales, "diagnosis": out.diagnosis}
         candidate.passed_semantic = candidate.semantic_score >= s.theta_s

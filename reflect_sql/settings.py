@@ -227,6 +227,10 @@ class Settings(BaseModel):
         if not math.isclose(sum(weights), 1.0, abs_tol=1e-6):
             shown = ", ".join(f"{k}={w:g}" for k, w in zip(SEMANTIC_WEIGHT_KEYS, weights))
             problems.append(f"semantic weights must sum to 1 ({shown} sum to {sum(weights):g})")
+        if self.judge_pool and (self.selection == "paper" or not self.use_entailment):
+            problems.append("judge_pool needs selection vote or judge_vote and use_entailment: true "
+                            f"(it judges the pool for selection; got selection={self.selection}, "
+                            f"use_entailment={self.use_entailment})")
         if problems:
             raise ValueError("; ".join(problems))
         return self

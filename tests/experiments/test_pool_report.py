@@ -49,3 +49,11 @@ def test_a_directory_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pool_report: error: ") and "not an eval output directory" in err and "\n" not in err
+
+
+def test_a_question_without_its_trace_is_an_error_not_a_smaller_count(benchmarks_dir, tmp_path, capsys):
+    root = benchmarks_dir / "bird"
+    first, second, _ = load_dataset("bird", root, sample=3, seed=0)
+    run = _run(tmp_path, root, {first.key: []}, {first.key: True, second.key: False})
+    assert main([str(run)]) == 2
+    assert f"question {second.key} has no trace file" in capsys.readouterr().err

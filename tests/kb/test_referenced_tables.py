@@ -28,6 +28,10 @@ def test_what_counts_as_an_explicit_reference(superhero):
     assert found("hero_id") == set()  # hero_power and hero_attribute both have it
     assert found("the colour of the superhero, and its publisher") == set()
     assert found("version 1.5 of race.x") == set()
+    # Nor do quoted values, e-mail addresses and dotted chains, though their parts are schema names.
+    assert found("where power_name = 'superpower.power_name'") == {"superpower"}  # by the column outside the quotes
+    assert found("mail 'colour.colour@x.org' or colour.colour@x.org, see colour.colour.txt") == set()
+    assert found("Women's superpower.power_name isn't quoted") == {"superpower"}
 
 
 def test_the_setting_turns_it_off(superhero_kb, settings):

@@ -301,3 +301,9 @@ def test_judges_in_the_checks_form_are_not_compiled_from_scored_judgments(opt_co
         compile_program(replace(oc, experiment=experiment), tmp_path / "p.json", lms=(lm, lm),
                         targets=["entailment_judge"])
     assert not lm.calls and not (tmp_path / "p.json").exists()
+    # The generator alone compiles under checks, and the file keeps the scored judges, the form
+    # every saved program is read in.
+    compile_program(replace(oc, experiment=experiment), tmp_path / "g.json", lms=(lm, lm), targets=["generator"])
+    saved = json.loads((tmp_path / "g.json").read_text())
+    prefixes = [f["prefix"] for f in saved["synthesis_loop.judge"]["signature"]["fields"]]
+    assert "Query Logic:" in prefixes and "Logic Right:" not in prefixes

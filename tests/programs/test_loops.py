@@ -484,6 +484,34 @@ def test_judge_pool_scores_each_unjudged_result_group_and_can_turn_a_vote(run, h
     assert chosen[False] in (names, same_names) and chosen[True] == ALSO_GOOD
 
 
+def test_the_loops_answer_takes_the_place_of_its_unjudged_twin_in_the_pool(run, helpers):
+    """An extra sample wrote GOOD before the loops did; the loops' round-1 answer repeats it and passes.
+    Selection must weigh the judged answer, not its unjudged twin: it keeps it, and it is verified."""
+    names = "SELECT name FROM stores"
+    verdicts = {names: helpers.entailment(1, 1, "names only, no rate"), GOOD: helpers.entailment(5, 5)}
+    for judged in (False, True):
+        script = helpers.Script(GenerateSQL=[{"sql": names}, {"sql": GOOD}, {"sql": GOOD}],
+                                EntailmentJudge=lambda inputs: verdicts[inputs["sql"]])
+        settings = Settings(n_candidates=2, selection="vote", max_resamples=0, judge_pool=judged)
+        pred, lm = run(script, settings)
+        assert pred.sql == GOOD, judged
+        (selection,) = steps(pred, "selection")
+        assert selection["decision"] == "kept the loops' answer"
+        assert [c["sql"] for c in selection["inputs"]["pool"]].count(GOOD) == 1
+        # GOOD is judged once, by the loops; the pool adds no judge call for it.
+        assert [i["sql"] for i in helpers.inputs_of(lm, "EntailmentJudge")] == [names, GOOD]
+        assert steps(pred, "enrichment")[-1]["decision"] != "skipped: the answer did not pass every check"
+
+
+def test_judge_pool_needs_a_vote_and_the_entailment_judge():
+    from reflect_sql.settings import Settings as Plain
+
+    for bad in (dict(selection="paper"), dict(selection="vote", use_entailment=False)):
+        with pytest.raises(ValueError, match="judge_pool needs selection vote or judge_vote"):
+            Plain(judge_pool=True, **bad)
+    assert Plain(judge_pool=True, selection="judge_vote").judge_pool
+
+
 def test_a_whole_database_context_is_accepted_without_asking_the_retrieval_judge(run, retriever, helpers, monkeypatch):
     """Neither a rewrite nor a wider k and m can add to the whole database, so no judge call is spent."""
     from reflect_sql.programs.retriever import SchemaRetriever
