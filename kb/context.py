@@ -44,7 +44,7 @@ class ContextColumn:
     value_note: str = ""
     samples: list[Any] = field(default_factory=list)
     score: float = 0.0
-    why: list[str] = field(default_factory=list)  # "key", "join", "name", "value", "semantic", "example"
+    why: list[str] = field(default_factory=list)  # "key", "join", "name", "time", "value", "semantic", "example"
 
 
 @dataclass

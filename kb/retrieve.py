@@ -47,7 +47,7 @@ from reflect_sql.kb.context import (TABLES_AND_COLUMNS, TABLES_ONLY, WHOLE_DATAB
 from reflect_sql.kb.documents import GLOBAL, collection_for_table
 from reflect_sql.kb.model import ColumnEntry, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import open_store
-from reflect_sql.kb.text import ATTRIBUTES_OF, STOPWORDS, fold, split_identifier, stem, words
+from reflect_sql.kb.text import ATTRIBUTES_OF, STOPWORDS, fold, places_in_time, split_identifier, stem, words
 from reflect_sql.kb.values import ValueIndex
 from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
@@ -86,6 +86,10 @@ class Weights:
 # A column the question neither names nor holds a value of: no name coverage, nothing shared
 # with other tables (specificity 1), no value match.
 NO_EVIDENCE = (0.0, 1.0, 0.0)
+# How well a word the question implies ("oldest" -> age, "in May" -> a date column) or spells
+# with another suffix matches a name: less than the word itself.
+IMPLIED_MATCH = 0.8
+_TEMPORAL_TYPE = re.compile(r"date|time", re.IGNORECASE)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # table.column, each part optionally quoted as SQL writes it ("orders"."id", `orders`.`id`, [orders].[id]).
 # Not inside an e-mail address or a dotted chain (a.b.c, file.tar.gz).
@@ -146,6 +150,13 @@ def _mentions(text: str, word: str) -> bool:
     return _mentioner(text)(word)
 
 
+def temporal(column: ColumnEntry) -> bool:
+    """A date or time column: by its declared type, or by its values (the KB's range of dates)."""
+    if _TEMPORAL_TYPE.search(column.type or ""):
+        return True
+    return len(column.value_range) == 2 and all(isinstance(v, str) for v in column.value_range)
+
+
 class _Question:
     """The query's words, folded and stemmed, for lexical matching."""
 
@@ -177,10 +188,10 @@ class _Question:
         if s in self.stems:
             return 1.0
         if s in self.implied:
-            return 0.8
+            return IMPLIED_MATCH
         # Same word, other suffix: "directors" / "directed_by", "populace" / "population".
         if len(s) >= 5 and any(_shared_prefix(s, q) >= max(5, 0.75 * min(len(s), len(q))) for q in self.stems):
-            return 0.8
+            return IMPLIED_MATCH
         if len(token) < 7:
             return 0.0
         covered = [False] * len(token)
@@ -465,6 +476,7 @@ class Retriever:
         hits, example_tables, example_columns = self._examples(vectors)
 
         evidence_of, named = self._lexical_evidence(q, value_of)
+        in_time = places_in_time(text)  # then a date or time column is implied, named or not
 
         # Step 1: tables.
         table_sim = self._similarities(GLOBAL, vectors)
@@ -498,7 +510,7 @@ class Retriever:
 
         def context(tables: list[str], every_column: bool, pruned: str) -> SchemaContext:
             entries, joins = self._entries(tables, set(bridges), scores, named, evidence_of, example_columns,
-                                           column_similarities, m, floor, every_column)
+                                           column_similarities, m, floor, every_column, in_time)
             return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
                                  values=[v for v in matches if v.table in set(tables)], examples=shown_examples,
                                  terms=terms, pruned=pruned)
@@ -563,7 +575,7 @@ class Retriever:
     def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], named: dict[str, float],
                  evidence_of: dict, example_columns: dict[str, float],
                  column_similarities: Callable[[str], dict[str, float]], m: int, floor: float,
-                 every_column: bool) -> tuple[list[ContextTable], list[ForeignKey]]:
+                 every_column: bool, in_time: bool = False) -> tuple[list[ContextTable], list[ForeignKey]]:
         """Step 2: the columns shown of each selected table, and the join edges among them."""
         w = self.weights
         joins, join_keys, references = self._joins(set(selected))
@@ -573,13 +585,20 @@ class Retriever:
             sims = column_similarities(table.name)
             label = self._label_column(table) if named[name] >= 0.99 else None
             kept, rest = [], []
+            found = evidence_of.get(name, {})
+            # The time the question names needs a date column of this table, unless it names one.
+            time_implied = in_time and not any(temporal(c) and found.get(c.name, NO_EVIDENCE)[0] >= IMPLIED_MATCH
+                                               for c in table.columns)
             for c in table.columns:
-                name_cov, _, value = evidence_of.get(name, {}).get(c.name, NO_EVIDENCE)
+                name_cov, _, value = found.get(c.name, NO_EVIDENCE)
+                timed = time_implied and temporal(c)
+                if timed:
+                    name_cov = IMPLIED_MATCH
                 example = example_columns.get(f"{table.name}.{c.name}".lower(), 0.0)
                 score = (sims.get(c.name, 0.0) + w.column_name * name_cov + w.column_value * value
                          + w.label * (c.name == label) + w.example * example)
-                why = [r for r, on in (("name", name_cov > 0 or c.name == label), ("value", value > 0),
-                                       ("example", example > 0)) if on]
+                why = [r for r, on in (("name", not timed and (name_cov > 0 or c.name == label)), ("time", timed),
+                                       ("value", value > 0), ("example", example > 0)) if on]
                 if (name, c.name) in join_keys:
                     kept.append((score, c, ["join"] + why))
                 elif c.primary_key and len(selected) == 1:

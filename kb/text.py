@@ -98,6 +98,24 @@ ATTRIBUTE_WORDS = {
     "date": "when",
     "count": "many",
 }
+# A question that places itself in time ("in May 2025", "last night", "this month") filters on a
+# date or time column it does not name. General English, and ISO dates and years in any language.
+_MONTHS = ("january february march april june july august september october november december "
+           "jan feb mar apr jun jul aug sep sept oct nov dec")
+_TIME_EXPRESSION = re.compile(
+    r"\b(?:" + "|".join(_MONTHS.split()) + r")\b"
+    r"|\bmay\b(?=\s*(?:\d|of\b|this\b|last\b))|\b(?:in|of|during|since|until|before|after)\s+may\b"
+    r"|\b(?:today|yesterday|tonight|tomorrow|daily|weekly|monthly|yearly|annually|quarterly)\b"
+    r"|\b(?:this|last|next|previous|past|current|each|every|per)\s+(?:night|day|week|month|year|quarter|morning|evening)\b"
+    r"|\b(?:19|20)\d\d\b|\b\d{4}-\d{2}(?:-\d{2})?\b|\b\d{1,2}/\d{4}\b",
+    re.IGNORECASE)
+
+
+def places_in_time(text: str) -> bool:
+    """Whether ``text`` names a time (a month, a year, a date, "last night", "per month")."""
+    return bool(_TIME_EXPRESSION.search(text))
+
+
 ATTRIBUTES_OF: dict[str, set[str]] = {}
 for _attribute, _words in ATTRIBUTE_WORDS.items():
     for _word in _words.split():
