@@ -11,7 +11,6 @@ results per question, and the questions a right candidate was in the pool of but
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from reflect_sql.errors import UserError
 from reflect_sql.experiments.datasets import Question, load_dataset
 from reflect_sql.experiments.metrics import match
-from reflect_sql.experiments.results_log import read_run
+from reflect_sql.experiments.results_log import read_run, report_command
 from reflect_sql.settings import Settings
 
 
@@ -85,15 +84,7 @@ def report(runs: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="eval output directories")
-    args = parser.parse_args(argv)
-    try:
-        print(report(args.runs))
-    except UserError as exc:
-        print(f"pool_report: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return report_command("pool_report", __doc__, report, argv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from reflect_sql.errors import UserError
 from reflect_sql.files import atomic_file
@@ -107,3 +107,19 @@ def read_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     if not meta.is_file():
         raise UserError(f"{run_dir} is not an eval output directory (no run.json)")
     return json.loads(meta.read_text(encoding="utf-8")), read_records(run_dir)
+
+
+def report_command(name: str, doc: str, report: Callable[[list[Path]], str], argv: list[str] | None) -> int:
+    """``python -m`` entry of a report over eval runs: prints ``report(runs)``; a bad run dir is a one-line error (exit 2)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="eval output directories")
+    args = parser.parse_args(argv)
+    try:
+        print(report(args.runs))
+    except UserError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

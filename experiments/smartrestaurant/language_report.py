@@ -9,13 +9,11 @@ markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from reflect_sql.errors import UserError
-from reflect_sql.experiments.results_log import read_records
+from reflect_sql.experiments.results_log import read_records, report_command
 from reflect_sql.experiments.smartrestaurant import QUESTIONS
 from reflect_sql.experiments.smartrestaurant.bird_layout import twin_pairs
 
@@ -61,15 +59,7 @@ def report(runs: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="eval output directories")
-    args = parser.parse_args(argv)
-    try:
-        print(report(args.runs))
-    except UserError as exc:
-        print(f"language_report: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return report_command("language_report", __doc__, report, argv)
 
 
 if __name__ == "__main__":
