@@ -44,3 +44,15 @@ def test_each_ablation_set_loads_with_its_baseline_among_the_variants(path):
     name, baseline, configs = load_ablation(CONFIGS / path, [], None)
     names = [c.name for c in configs]
     assert baseline in names and len(set(names)) == len(names) >= 2
+
+
+def test_the_full_judged_pool_is_full_repair_checks_with_the_judged_pools_selection():
+    full_pool = load_config(CONFIGS / "full_judged_pool.yaml").settings
+    checks = load_config(CONFIGS / "full_repair_checks.yaml").settings
+    repair_pool = load_config(CONFIGS / "repair_judged_pool.yaml").settings
+    differ = {k for k, v in full_pool.model_dump().items() if checks.model_dump()[k] != v}
+    assert differ == {"n_candidates", "resample_temperature", "selection", "judge_pool",
+                      "vote_weight_semantic", "vote_weight_entailment"}
+    for key in differ:
+        assert getattr(full_pool, key) == getattr(repair_pool, key)
+    assert full_pool.use_semantic_reflection and full_pool.max_entailment_iterations > 1
