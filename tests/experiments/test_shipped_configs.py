@@ -7,6 +7,13 @@ from reflect_sql.experiments.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 # Configs whose dataset lives outside ../shared (generated on demand) or that list variants.
+def settings_differing(config: str, base: str) -> set[str]:
+    """The settings in which eval config ``config`` differs from ``base``."""
+    ours = load_config(CONFIGS / config).settings.model_dump()
+    theirs = load_config(CONFIGS / base).settings.model_dump()
+    return {k for k, v in ours.items() if theirs[k] != v}
+
+
 NOT_EVAL = {"reflection.yaml", "ablation.yaml", "sampling_and_selection.yaml", "full_vs_single_pass.yaml", "restaurant_languages.yaml"}
 
 
@@ -21,17 +28,14 @@ def test_the_checks_variant_is_full_repair_with_calibrated_thresholds():
     scored = load_config(CONFIGS / "full_repair.yaml").settings
     assert checks.judge_form == "checks" and scored.judge_form == "scores"
     assert (checks.theta_s, checks.theta_e) == (8.334, 2.142)
-    differ = {k for k, v in checks.model_dump().items() if scored.model_dump()[k] != v}
-    assert differ == {"judge_form", "theta_s", "theta_e"}
+    assert settings_differing("full_repair_checks.yaml", "full_repair.yaml") == {"judge_form", "theta_s", "theta_e"}
 
 
 def test_the_judged_pool_shares_repair_votes_generations_and_differs_only_in_judging():
     pool = load_config(CONFIGS / "repair_judged_pool.yaml").settings
-    vote = load_config(CONFIGS / "repair_vote.yaml").settings
-    repair = load_config(CONFIGS / "repair_only.yaml").settings
-    assert {k for k, v in vote.model_dump().items() if repair.model_dump()[k] != v} == {
+    assert settings_differing("repair_vote.yaml", "repair_only.yaml") == {
         "n_candidates", "resample_temperature", "selection"}
-    differ = {k for k, v in pool.model_dump().items() if vote.model_dump()[k] != v}
+    differ = settings_differing("repair_judged_pool.yaml", "repair_vote.yaml")
     assert differ == {"use_entailment", "max_entailment_iterations", "judge_form", "theta_e", "selection", "judge_pool",
                       "vote_weight_semantic", "vote_weight_entailment"}
     assert pool.vote_weight_semantic == 0.0 and pool.judge_pool and not pool.use_semantic_reflection
@@ -48,9 +52,8 @@ def test_each_ablation_set_loads_with_its_baseline_among_the_variants(path):
 
 def test_the_full_judged_pool_is_full_repair_checks_with_the_judged_pools_selection():
     full_pool = load_config(CONFIGS / "full_judged_pool.yaml").settings
-    checks = load_config(CONFIGS / "full_repair_checks.yaml").settings
     repair_pool = load_config(CONFIGS / "repair_judged_pool.yaml").settings
-    differ = {k for k, v in full_pool.model_dump().items() if checks.model_dump()[k] != v}
+    differ = settings_differing("full_judged_pool.yaml", "full_repair_checks.yaml")
     assert differ == {"n_candidates", "resample_temperature", "selection", "judge_pool",
                       "vote_weight_semantic", "vote_weight_entailment"}
     for key in differ:
