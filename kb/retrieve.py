@@ -386,9 +386,9 @@ class Retriever:
 
     def _embed(self, text: str):
         # kb.embedding brings chromadb and, on first use, torch: a retriever never asked loads neither.
-        from reflect_sql.kb.embedding import embed
+        from reflect_sql.kb.embedding import embed_query
 
-        return embed([text])[0]
+        return embed_query(text, self.settings.query_embedding_precision)
 
     @staticmethod
     def _label_column(table: TableEntry) -> str | None:

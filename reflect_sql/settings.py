@@ -56,6 +56,10 @@ class Settings(BaseModel):
         "whole schema fits is passed whole (and the retrieval judge, with nothing to add, is not asked); else the "
         "retrieved tables with all their columns, when they fit; else k and m prune as in the paper. 0: always "
         "prune by k and m.")
+    query_embedding_precision: Literal["bfloat16", "float32"] = Field(
+        "bfloat16", description="Precision of the embedder's layers for a question (KB documents are always "
+        "float32). bfloat16: about 40% less time on a CPU with native bfloat16, vectors within a cosine of "
+        "0.9999 of float32 (bench/query_embedding.py).")
     # How lexical, value and example evidence add to a table's or column's cosine similarity (which lies
     # in [-1, 1]) in kb/retrieve.py. Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py),
     # in round steps.

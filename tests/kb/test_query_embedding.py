@@ -1,0 +1,60 @@
+"""A question's embedding in bfloat16 (``query_embedding_precision``): the same direction as in
+float32, documents untouched, and the retriever asks in the precision its settings name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reflect_sql.kb import embedding
+from reflect_sql.kb.build import build_kb
+from reflect_sql.kb.retrieve import Retriever
+from reflect_sql.settings import Settings, SettingsError
+
+QUESTIONS = [
+    "Which students take thermodynamics?",
+    "What is the average grade of the students from Warsaw in courses worth more than 4 credits?",
+    "Trà sữa nướng giá bao nhiêu?",
+    "How many superheroes have blue eyes? blue eyes refers to colour = 'Blue' where eye_colour_id = colour.id",
+]
+
+
+def test_a_bfloat16_question_vector_points_where_the_float32_one_does():
+    for question in QUESTIONS:
+        exact = embedding.embed([question])[0]
+        quick = embedding.embed_query(question, "bfloat16")
+        assert quick.dtype == np.float32 and quick.shape == exact.shape
+        assert abs(float(np.linalg.norm(quick)) - 1.0) < 1e-5  # pooled and normalized in float32
+        assert float(quick @ exact) > 0.9999
+        assert not np.array_equal(quick, exact)  # it did run in bfloat16
+
+
+def test_float32_is_the_documents_own_embedding():
+    for question in QUESTIONS:
+        assert np.array_equal(embedding.embed_query(question, "float32"), embedding.embed([question])[0])
+
+
+def test_the_bfloat16_model_leaves_the_document_embedder_in_float32():
+    embedding.embed_query(QUESTIONS[0], "bfloat16")
+    model = embedding.load_model()
+    assert {p.dtype for p in model.parameters()} == {__import__("torch").float32}
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_the_retriever_asks_in_the_precision_its_settings_name(school_db, tmp_path, monkeypatch, precision):
+    settings = Settings(context_budget_tokens=0, query_embedding_precision=precision)
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    asked = []
+    real = embedding.embed_query
+    monkeypatch.setattr(embedding, "embed_query", lambda text, p="float32": asked.append(p) or real(text, p))
+    retriever = Retriever(tmp_path / "kb", settings)
+    try:
+        context = retriever.retrieve("Which students take thermodynamics?")
+    finally:
+        retriever.close()
+    assert asked and set(asked) == {precision}
+    assert {"student", "course"} <= set(context.tables)
+
+
+def test_an_unknown_precision_is_refused():
+    with pytest.raises((SettingsError, ValueError)):
+        Settings(query_embedding_precision="float16")
