@@ -58,3 +58,31 @@ def test_the_retriever_asks_in_the_precision_its_settings_name(school_db, tmp_pa
 def test_an_unknown_precision_is_refused():
     with pytest.raises((SettingsError, ValueError)):
         Settings(query_embedding_precision="float16")
+
+
+def _bench(*args: str):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "query_embedding.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_bench_times_both_precisions_on_the_shared_questions(benchmarks_dir):
+    import json
+
+    proc = _bench("--json", "--limit", "4", "--root", str(benchmarks_dir))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["questions"] == 8  # 4 BIRD and 4 Spider
+    assert set(result["ms"]) == {"float32", "bfloat16"} and all(v["median"] > 0 for v in result["ms"].values())
+    # The ratio is of the unrounded medians; the printed ones are rounded to 0.01 ms.
+    assert result["ratio_bfloat16_to_float32"] == pytest.approx(
+        result["ms"]["bfloat16"]["median"] / result["ms"]["float32"]["median"], rel=0.01)
+    assert 0.9999 < result["cosine"]["min"] <= result["cosine"]["mean"] <= 1.00001
+
+
+def test_the_bench_refuses_a_root_without_the_benchmarks(tmp_path):
+    proc = _bench("--root", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "bird/" in proc.stderr
