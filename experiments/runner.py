@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -48,7 +49,7 @@ from reflect_sql.experiments.results_log import ResultsLog
 from reflect_sql.experiments.shutdown import finish_in_flight, raise_if_requested, stop_at_next_lm_call
 from reflect_sql.files import atomic_file
 from reflect_sql.lm.accounting import CostMeter
-from reflect_sql.programs.shipped import ProgramChoice, resolve_program
+from reflect_sql.programs.shipped import ProgramChoice, bare_predictors, resolve_program
 from reflect_sql.programs.trace import json_safe
 from reflect_sql.settings import SettingsError
 
@@ -290,8 +291,15 @@ def run_eval(
         raise ValueError("run_eval: pass a program or a factory, not both")
     else:
         choice = getattr(factory, "program", None)
-    record = (choice.to_json() if isinstance(choice, ProgramChoice)
-              else {"path": None, "sha256": None, "source": "caller's factory"})
+    if isinstance(choice, ProgramChoice):
+        record = choice.to_json()
+        # A run that loads a file but asks some roles bare must say so: their demos are not in it.
+        record["bare_predictors"] = bare_predictors(choice, config.settings, config.mode)
+        if record["bare_predictors"]:
+            print(f"reflect-sql: note: {choice.path} is not loaded into {', '.join(record['bare_predictors'])} "
+                  "(asked in another form or not in the file): they run bare", file=sys.stderr)
+    else:
+        record = {"path": None, "sha256": None, "source": "caller's factory"}
     (out / "traces").mkdir(parents=True, exist_ok=True)
     meta = _open_run(config, out, record)
     # The commit of the code this session runs: a resumed run may finish on different code.

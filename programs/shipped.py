@@ -203,6 +203,16 @@ def load_state(program: Any, state: dict[str, Any], mode: str | None = None, whe
     return left
 
 
+def bare_predictors(choice: ProgramChoice, settings: Settings, mode: str) -> list[str]:
+    """The predictors of the ``mode`` program under ``settings`` that run bare although ``choice``
+    is a file: a role it saved in another form (scored judges under ``judge_form: checks``), or one
+    a file of another mode lacks. Empty when the choice is bare altogether, or loads everywhere."""
+    if choice.bare:
+        return []
+    program = build_program(settings, None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
+    return sorted(load_state(program, choice.state, choice.mode, choice.path))
+
+
 def apply_program(program: Any, choice: ProgramChoice) -> Any:
     """``program`` with ``choice`` loaded into it (unchanged when the choice is bare)."""
     if not choice.bare:

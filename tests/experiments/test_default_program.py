@@ -122,6 +122,33 @@ def test_eval_loads_the_default_program_and_records_its_path_and_sha256(compiled
     assert run.data.params["program_sha256"] == expected["sha256"]
 
 
+def test_run_json_names_the_predictors_a_loaded_file_leaves_bare(compiled_dir, scripted, tiny_bird, tmp_path, capsys):
+    config = write_experiment(tmp_path, tiny_bird)
+    out = tmp_path / "run"
+    assert main(["eval", str(config), "--out", str(out), "--no-progress"]) == 0
+    assert json.loads((out / "run.json").read_text())["program"]["bare_predictors"] == []
+    assert "run bare" not in capsys.readouterr().err
+
+
+def test_judges_asked_in_the_checks_form_are_named_bare_and_told(compiled_dir, scripted, tiny_bird, tmp_path, capsys):
+    from reflect_sql.experiments.config import load_config
+    from reflect_sql.experiments.runner import run_eval
+
+    choice = shipped.resolve_program(None, LM)
+    assert shipped.bare_predictors(choice, load_config(write_experiment(tmp_path, tiny_bird)).settings, "reflect") == []
+    config = load_config(write_experiment(tmp_path, tiny_bird), ["judge_form=checks"])
+    bare = shipped.bare_predictors(choice, config.settings, "reflect")
+    assert bare == ["entailment_loop.judge", "synthesis_loop.judge"]
+    # The file's generator still loads: only the roles asked in another form are bare.
+    assert "synthesis_loop.generator" not in bare
+    assert shipped.bare_predictors(shipped.resolve_program("none", LM), config.settings, "reflect") == []
+    out = tmp_path / "run"
+    run_eval(config, out, progress=False)  # the oracle does not answer the checks form: its questions fail
+    assert json.loads((out / "run.json").read_text())["program"]["bare_predictors"] == bare
+    err = capsys.readouterr().err
+    assert "entailment_loop.judge, synthesis_loop.judge" in err and "run bare" in err
+
+
 def test_program_none_runs_the_bare_signatures_even_when_a_default_exists(compiled_dir, scripted, tiny_bird, tmp_path):
     config = write_experiment(tmp_path, tiny_bird)
     out = tmp_path / "run"
