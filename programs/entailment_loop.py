@@ -71,8 +71,11 @@ class EntailmentLoop(Loop):
         s = self.settings
         lo = ENTAILMENT_SCALE.low
         step = trace.add(TraceStep("entailment", round, 0, inputs={"sql": candidate.sql}))
-        result, error = execute(self.handles.engine, candidate.sql, s)
-        candidate.result, candidate.execution_error = result, error
+        if candidate.result is None and candidate.execution_error is None:
+            candidate.result, candidate.execution_error = execute(self.handles.engine, candidate.sql, s)
+        # A pool candidate was executed for the vote already: the database is read-only, so its
+        # result stands, and a slow query is not paid for twice.
+        result, error = candidate.result, candidate.execution_error
         if result is None:
             # Nothing ran, so there is nothing to judge: E sits at the bottom of its scale.
             candidate.findings = [Finding("execution_error", "error", error), *execution_findings(error)]

@@ -484,6 +484,23 @@ def test_judge_pool_scores_each_unjudged_result_group_and_can_turn_a_vote(run, h
     assert chosen[False] in (names, same_names) and chosen[True] == ALSO_GOOD
 
 
+def test_a_judged_pool_runs_each_candidate_once(engine, run, helpers, monkeypatch):
+    """The vote executes every pool candidate; judging a group's best must not run its SQL again."""
+    names, same_names = "SELECT name FROM stores", "SELECT name FROM stores WHERE 1 = 1"
+    ran = []
+    real = type(engine).execute
+    monkeypatch.setattr(type(engine), "execute", lambda self, sql, **kw: ran.append(sql) or real(self, sql, **kw))
+    script = helpers.Script(GenerateSQL=[{"sql": ALSO_GOOD}, {"sql": names}, {"sql": same_names}],
+                            EntailmentJudge=lambda inputs: helpers.entailment(4, 4) if inputs["sql"] == ALSO_GOOD
+                            else helpers.entailment(1, 1, "names only, no rate"))
+    settings = Settings(n_candidates=3, selection="judge_vote", judge_pool=True, vote_weight_agreement=0.5,
+                        vote_weight_semantic=0.0, vote_weight_entailment=0.5)
+    pred, lm = run(script, settings)
+    judged = [i["sql"] for i in helpers.inputs_of(lm, "EntailmentJudge")]
+    assert len(judged) == 2  # the loops' answer and the one unjudged group
+    assert sorted(ran) == sorted({ALSO_GOOD, names, same_names}), ran
+
+
 def test_the_loops_answer_takes_the_place_of_its_unjudged_twin_in_the_pool(run, helpers):
     """An extra sample wrote GOOD before the loops did; the loops' round-1 answer repeats it and passes.
     Selection must weigh the judged answer, not its unjudged twin: it keeps it, and it is verified."""
