@@ -33,7 +33,9 @@ beyond the budget do k and m prune, and then the lowest-scored columns go until 
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -261,6 +263,12 @@ class Retriever:
             if len(s) >= 5:
                 self._tokens_of_prefix.setdefault(s[:5], []).append(token)
         self._compound_tokens = [t for t in self._columns_of_token if len(t) >= 7]
+        self._table_names = [(t.name, t.name.lower()) for t in self.kb.tables]
+        self._table_by_lower = {t.name.lower(): t for t in self.kb.tables}
+        # A list: PostgreSQL may hold "Orders" and "orders" both.
+        self._tables_by_lower: dict[str, list[TableEntry]] = {}
+        for t in self.kb.tables:
+            self._tables_by_lower.setdefault(t.name.lower(), []).append(t)
         self._tables_of_token: dict[str, list[TableEntry]] = {}
         for t in self.kb.tables:
             for token in set(_tokens(t.name) + _natural_tokens(t.natural_name)):
@@ -273,6 +281,10 @@ class Retriever:
                     self._tokens_of_prefix.setdefault(s[:5], []).append(token)
                 if len(token) >= 7:
                     self._compound_tokens.append(token)
+        # All compound tokens in one text, one per line: a question's pieces are then searched with
+        # one regex pass, not one search per token (thousands of them on a large schema).
+        self._compound_text = "\n".join(self._compound_tokens)
+        self._compound_starts = list(itertools.accumulate((len(t) + 1 for t in self._compound_tokens[:-1]), initial=0))
 
     def _specific(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
         """1 / (tables sharing the words the question matched in this column's name), averaged."""
@@ -300,21 +312,22 @@ class Retriever:
         candidates.update(tok for s in q.stems if len(s) >= 5 for tok in self._tokens_of_prefix.get(s[:5], ()))
         if q.pieces:
             pieces = re.compile("|".join(re.escape(p) for p in sorted(q.pieces, key=len, reverse=True)))
-            candidates.update(tok for tok in self._compound_tokens if pieces.search(tok))
+            # A piece never spans a newline, so each match lies inside the token it starts in.
+            candidates.update(self._compound_tokens[bisect.bisect_right(self._compound_starts, m.start()) - 1]
+                              for m in pieces.finditer(self._compound_text))
         matched = [tok for tok in candidates if q.token_match(tok) > 0]
         named = dict.fromkeys((t.name for t in self.kb.tables), 0.0)
         for t in {t.name: t for tok in matched for t in self._tables_of_token.get(tok, ())}.values():
             named[t.name] = q.name_coverage(t.name, t.natural_name)
-        for t in self.kb.tables:  # a verbatim identifier needs no word in common
-            if t.name.lower() in q.identifiers:
+        for ident in q.identifiers:  # a verbatim identifier needs no word in common
+            for t in self._tables_by_lower.get(ident, ()):
                 named[t.name] = q.name_coverage(t.name, t.natural_name)
         # Keyed by the entry object: "name" alone may match a thousand columns of a large schema.
         columns = {id(c): (t, c) for tok in matched for t, c in self._columns_of_token.get(tok, ())}
         for ident in q.identifiers:
             columns.update((id(c), (t, c)) for t, c in self._columns_of_name.get(ident, ()))
-        by_name = {t.name.lower(): t for t in self.kb.tables}
         for table, column in value_of:
-            entry = by_name.get(table)
+            entry = self._table_by_lower.get(table)
             found = entry.column(column) if entry is not None else None
             if found is not None:
                 columns[id(found)] = (entry, found)
@@ -341,7 +354,7 @@ class Retriever:
         column identifier with an underscore that exactly one table has (``served_at``). Plain words
         ("tables", "name") and column names shared by several tables reference nothing."""
         text = _LITERAL.sub(" ", text)
-        by_name = {t.name.lower(): t for t in self.kb.tables}
+        by_name = self._table_by_lower
         found: set[str] = set()
         for table, column in _QUALIFIED.findall(text):
             entry = by_name.get(table.lower())
@@ -482,15 +495,18 @@ class Retriever:
         table_sim = self._similarities(GLOBAL, vectors)
         scores: dict[str, float] = {}
         strong: dict[str, bool] = {}
-        for t in self.kb.tables:
-            ev = evidence_of.get(t.name, {}).values()
-            best_name = max((n * s for n, s, _ in ev), default=0.0)
-            best_value = max((v for _, _, v in ev), default=0.0)
-            scores[t.name] = (table_sim.get(t.name, 0.0) + w.table_name * named[t.name] + w.table_column * best_name
-                              + w.table_value * best_value + w.example * example_tables.get(t.name.lower(), 0.0))
-            strong[t.name] = (named[t.name] >= w.strong_table_name or best_name >= w.strong_column_name
-                              or best_value >= w.strong_value or t.name.lower() in example_tables)
-        ranked = sorted((t.name for t in self.kb.tables), key=lambda n: (-scores[n], n))
+        for name, lower in self._table_names:
+            ev = evidence_of.get(name)
+            if ev:
+                best_name = max(n * s for n, s, _ in ev.values())
+                best_value = max(v for _, _, v in ev.values())
+            else:  # most tables of a large schema: nothing of theirs is in the question
+                best_name = best_value = 0.0
+            scores[name] = (table_sim.get(name, 0.0) + w.table_name * named[name] + w.table_column * best_name
+                            + w.table_value * best_value + w.example * example_tables.get(lower, 0.0))
+            strong[name] = (named[name] >= w.strong_table_name or best_name >= w.strong_column_name
+                            or best_value >= w.strong_value or lower in example_tables)
+        ranked = [n for _, n in sorted((-score, n) for n, score in scores.items())]
         top = scores[ranked[0]] if ranked else 0.0
         chosen = [n for i, n in enumerate(ranked[:k]) if i == 0 or strong[n] or scores[n] >= top - margin]
         referenced = self.referenced_tables(everything) if st.keep_referenced_tables else set()

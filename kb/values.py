@@ -173,11 +173,14 @@ class ValueIndex:
         postings = [grams[g] for g in _trigrams(span) if g in grams]
         if not postings:
             return []
-        counts = np.bincount(np.concatenate(postings), minlength=len(self._rows))
+        counts = np.bincount(np.concatenate(postings))
         # A typo changes at most ~3 trigrams of a word; fewer shared ones cannot reach TYPO_RATIO.
         need = max(1, len(span) - 2 - 3 * max(1, len(span) // 8))
         lo, hi = 0.75 * len(span), 1.34 * len(span)
-        ok = np.flatnonzero((counts >= need) & (self._lengths >= lo) & (self._lengths <= hi))
+        # Lengths are compared only for the few rows sharing enough trigrams, not for every row.
+        ok = np.flatnonzero(counts >= need)
+        lengths = self._lengths[ok]
+        ok = ok[(lengths >= lo) & (lengths <= hi)]
         best = ok[np.lexsort((ok, -counts[ok]))][:MAX_CANDIDATES]  # most shared, then by row
         return [self._rows[i] for i in best]
 
@@ -293,7 +296,11 @@ class ValueIndex:
                 continue  # a longer exact hit already explains these words
             rows = self._similar(span)
             for tbl, col, value, norm, alias in rows:
-                ratio = difflib.SequenceMatcher(None, span, norm, autojunk=False).ratio()
+                matcher = difflib.SequenceMatcher(None, span, norm, autojunk=False)
+                # quick_ratio bounds ratio from above: most candidates fail it, at a fraction of the cost.
+                if matcher.quick_ratio() < TYPO_RATIO:
+                    continue
+                ratio = matcher.ratio()
                 if ratio >= TYPO_RATIO:
                     offer(tbl, col, value, span, ratio * 0.9, alias)
         self._partial(conn, span_list, exact_hit, offer)
