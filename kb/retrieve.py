@@ -335,7 +335,7 @@ class Retriever:
         for t, c in columns.values():
             evidence.setdefault(t.name, {})[c.name] = (
                 q.name_coverage(c.name, c.natural_name), self._specific(q, t, c),
-                value_of.get((t.name.lower(), c.name.lower()), 0.0))
+                value_of.get((t.name.lower(), c.name.lower()), 0.0) if value_of else 0.0)
         return evidence, named
 
     def close(self) -> None:
