@@ -285,8 +285,9 @@ def summarize(rows: list[Judged], settings: Settings) -> list[dict[str, Any]]:
 
 def best_threshold(parsed: list[tuple[float, bool]], n: int) -> dict[str, float | None]:
     """The threshold with the best agreement on these cases (accept at or above it), halfway between
-    two adjacent scores, and that agreement. Chosen on the cases it is reported for, it flatters
-    them: carry it to other cases (``--set theta_s=...``) to measure it."""
+    two adjacent scores, and that agreement; None when no threshold beats a constant answer.
+    Chosen on the cases it is reported for, it flatters them: carry it to other cases
+    (``--set theta_s=...``) to measure it."""
     scores = sorted({score for score, _ in parsed})
     if len(scores) < 2:
         return {"best_threshold": None, "agreement_at_best": None}
@@ -294,6 +295,11 @@ def best_threshold(parsed: list[tuple[float, bool]], n: int) -> dict[str, float 
     agreement = {cut: sum((score >= cut) == correct for score, correct in parsed) / n for cut in cuts}
     # Of equal agreements the lowest: the loops then send back fewer answers for another round.
     best = max(cuts, key=lambda cut: (agreement[cut], -cut))
+    # A cut no better than one constant answer (accept every case, or reject every one) is no
+    # threshold: the judge then tells these cases apart no better than not asking it.
+    right = sum(correct for _, correct in parsed)
+    if agreement[best] <= max(right, len(parsed) - right) / n:
+        return {"best_threshold": None, "agreement_at_best": None}
     return {"best_threshold": best, "agreement_at_best": round(agreement[best], 3)}
 
 

@@ -226,3 +226,9 @@ def test_the_best_threshold_is_between_two_scores_and_maximises_agreement():
     # An unusable reply counts against agreement: n is every case, not only the parsed ones.
     assert best_threshold(parsed, 5)["agreement_at_best"] == 0.6
     assert best_threshold([(3.0, True), (3.0, False)], 2) == {"best_threshold": None, "agreement_at_best": None}
+    # Mostly wrong cases: the best cut (from 2.5: 5 of 7) is no better than rejecting all 7 (5 of 7),
+    # so there is no threshold to report.
+    mostly_wrong = [(3.0, True), (2.0, False), (3.0, False), (1.0, False), (1.0, True), (2.0, False), (1.0, False)]
+    assert best_threshold(mostly_wrong, 7) == {"best_threshold": None, "agreement_at_best": None}
+    # One more right case at the top: accepting from 2.5 (or 3.5) gets 6 of 8, rejecting all 5 of 8.
+    assert best_threshold([*mostly_wrong, (4.0, True)], 8) == {"best_threshold": 2.5, "agreement_at_best": 0.75}
