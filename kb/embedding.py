@@ -53,8 +53,9 @@ def embed_query(text: str, precision: str = "float32"):
     """One question's unit vector (numpy, float32).
 
     ``bfloat16`` runs the transformer's layers in bfloat16 and pools and normalizes in float32. On a
-    CPU with native bfloat16 (AVX512-BF16, AMX) a question costs about 60% of the float32 time, and
-    its vector keeps a cosine of at least 0.9999 to the float32 one (bench/query_embedding.py).
+    CPU with native bfloat16 (AVX512-BF16, AMX) a question costs 60-90% of the float32 time (0.87 at
+    the median of the shared dev questions, less for long ones), and its vector keeps a cosine of at
+    least 0.9999 to the float32 one (bench/query_embedding.py).
     Documents are always embedded in float32, so a KB is the same whichever precision asks it.
     """
     global embedded_count, _query_transformer

@@ -58,8 +58,8 @@ class Settings(BaseModel):
         "prune by k and m.")
     query_embedding_precision: Literal["bfloat16", "float32"] = Field(
         "bfloat16", description="Precision of the embedder's layers for a question (KB documents are always "
-        "float32). bfloat16: about 40% less time on a CPU with native bfloat16, vectors within a cosine of "
-        "0.9999 of float32 (bench/query_embedding.py).")
+        "float32). bfloat16: 10-40% less time on a CPU with native bfloat16 (more for long questions), "
+        "vectors within a cosine of 0.9999 of float32 (bench/query_embedding.py).")
     # How lexical, value and example evidence add to a table's or column's cosine similarity (which lies
     # in [-1, 1]) in kb/retrieve.py. Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py),
     # in round steps.
