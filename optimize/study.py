@@ -152,10 +152,12 @@ def open_storage(storage: str, options: TuneOptions) -> tuple[RDBStorage, TrialR
             rdb = RDBStorage(_engine_url(storage), heartbeat_interval=options.heartbeat_s,
                              grace_period=options.grace_s, heartbeat_stale_trial_callback=retry)
             return rdb, retry
-        except IntegrityError:
-            # Workers started together on an empty database both create Optuna's tables; the
-            # loser's CREATE collides with the winner's, whose tables are then there to use.
-            if attempt == 2:
+        except (IntegrityError, optuna.exceptions.StorageInternalError) as exc:
+            # Workers started together on an empty database both create Optuna's tables and its
+            # version row; the loser's insert collides with the winner's, whose tables are then
+            # there to use. Optuna raises the version row's collision wrapped in its own error.
+            collided = isinstance(exc, IntegrityError) or isinstance(exc.__cause__, IntegrityError)
+            if attempt == 2 or not collided:
                 raise
             time.sleep(1.0)
         except (ArgumentError, SQLAlchemyError, ValueError, ImportError) as exc:

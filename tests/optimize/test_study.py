@@ -80,6 +80,38 @@ def test_study_resumes_after_interruption(tmp_path, make_config, scripted_factor
     assert again.completed == 5 and len(scripted_factory.lm.calls) == calls_now
 
 
+def test_a_worker_that_loses_the_race_to_create_optuna_tables_opens_the_winners(tmp_path, monkeypatch):
+    """Two workers on an empty database: the loser's insert of Optuna's version row collides, and
+    Optuna wraps that IntegrityError in its own error. The loser waits and opens the same storage;
+    any other storage error is not retried."""
+    from sqlalchemy.exc import IntegrityError
+
+    from reflect_sql.optimize import study as study_module
+
+    real, attempts = study_module.RDBStorage, []
+
+    def racing(*args, **kwargs):
+        attempts.append(args[0])
+        if len(attempts) == 1:
+            try:
+                raise IntegrityError("INSERT INTO version_info", {}, Exception("duplicate key"))
+            except IntegrityError as exc:
+                raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from exc
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(study_module.time, "sleep", lambda s: None)
+    monkeypatch.setattr(study_module, "RDBStorage", racing)
+    storage, _ = open_storage(f"sqlite:///{tmp_path / 'o.db'}", TuneOptions(heartbeat_s=1, grace_s=2))
+    assert len(attempts) == 2 and open_study("s", storage, multi_objective=False, seed=0)[1]
+
+    def broken(*args, **kwargs):
+        raise optuna.exceptions.StorageInternalError("something else")
+
+    monkeypatch.setattr(study_module, "RDBStorage", broken)
+    with pytest.raises(optuna.exceptions.StorageInternalError, match="something else"):
+        open_storage(f"sqlite:///{tmp_path / 'p.db'}", TuneOptions(heartbeat_s=1, grace_s=2))
+
+
 def test_a_trial_whose_heartbeat_stops_is_retried_once_with_its_parameters(tmp_path):
     """Optuna's heartbeat and retry callback, as ``open_storage`` configures them: a RUNNING trial
     silent for longer than the grace period is failed and queued again, once."""
