@@ -264,11 +264,12 @@ class Retriever:
                 self._tokens_of_prefix.setdefault(s[:5], []).append(token)
         self._compound_tokens = [t for t in self._columns_of_token if len(t) >= 7]
         self._table_names = [(t.name, t.name.lower()) for t in self.kb.tables]
-        self._table_by_lower = {t.name.lower(): t for t in self.kb.tables}
-        # A list: PostgreSQL may hold "Orders" and "orders" both.
+        # Lists: PostgreSQL may hold "Orders" and "orders" both. Where one table must answer, the
+        # last of them does, as a dict built over the tables would.
         self._tables_by_lower: dict[str, list[TableEntry]] = {}
         for t in self.kb.tables:
             self._tables_by_lower.setdefault(t.name.lower(), []).append(t)
+        self._table_by_lower = {lower: tables[-1] for lower, tables in self._tables_by_lower.items()}
         self._tables_of_token: dict[str, list[TableEntry]] = {}
         for t in self.kb.tables:
             for token in set(_tokens(t.name) + _natural_tokens(t.natural_name)):

@@ -16,10 +16,8 @@ from typing import Any
 import dspy
 
 from reflect_sql.errors import UserError
-from reflect_sql.db.schema import Schema
-from reflect_sql.programs.build import MODES, build_program
-from reflect_sql.programs.retriever import SchemaRetriever
-from reflect_sql.programs.shipped import keep_signature_names, load_state  # noqa: F401 - re-exported
+from reflect_sql.programs.build import MODES
+from reflect_sql.programs.shipped import keep_signature_names, load_state, skeleton  # noqa: F401 - re-exported
 from reflect_sql.settings import Settings
 
 # The roles a compiled program can carry, by the signature their predictor runs.
@@ -30,11 +28,6 @@ ROLE_SIGNATURES = {
     "entailment_judge": "EntailmentJudge",
     "retrieval_judge": "RetrievalJudge",
 }
-
-
-def skeleton(mode: str, settings: Settings | None = None) -> dspy.Module:
-    """The program of ``mode`` with its predictors and no database behind it (not runnable)."""
-    return build_program(settings or Settings(), None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
 
 
 def predictor_names(mode: str) -> list[str]:

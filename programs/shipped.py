@@ -137,10 +137,15 @@ def resolve_program(program: str | Path | None, lm: str) -> ProgramChoice:
 # --- loading ------------------------------------------------------------------------------------
 
 
+def skeleton(mode: str, settings: Settings | None = None) -> Any:
+    """The program of ``mode`` with its predictors and no database behind it (not runnable)."""
+    return build_program(settings or Settings(), None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
+
+
 @lru_cache(maxsize=None)
 def roles(mode: str) -> dict[str, str]:
     """Predictor path -> signature name of the program of ``mode`` (built without a database)."""
-    program = build_program(Settings(), None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
+    program = skeleton(mode)
     return {path: p.signature.__name__ for path, p in program.named_predictors()}
 
 
@@ -209,8 +214,7 @@ def bare_predictors(choice: ProgramChoice, settings: Settings, mode: str) -> lis
     a file of another mode lacks. Empty when the choice is bare altogether, or loads everywhere."""
     if choice.bare:
         return []
-    program = build_program(settings, None, SchemaRetriever(Schema("sqlite", [])), mode=mode)
-    return sorted(load_state(program, choice.state, choice.mode, choice.path))
+    return sorted(load_state(skeleton(mode, settings), choice.state, choice.mode, choice.path))
 
 
 def apply_program(program: Any, choice: ProgramChoice) -> Any:
