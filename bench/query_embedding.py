@@ -10,7 +10,12 @@ Printed: median and mean milliseconds per question for each precision, their rat
 (bfloat16 / float32; below 1 is faster), and the lowest and mean cosine between the two vectors of
 a question.
 
-Run: ``python bench/query_embedding.py --json [--limit N]``
+``--threads A B`` compares instead two torch thread counts for a bfloat16 question (setting
+``query_embedding_threads``), alternated the same way, and prints the ratio A / B. The process runs
+as every reflect-sql process does, with ``OMP_WAIT_POLICY=PASSIVE`` (set on import of reflect_sql
+for the embedded LM), under which waking a second thread for each small operation costs time.
+
+Run: ``python bench/query_embedding.py --json [--limit N] [--threads 1 2]``
 """
 from __future__ import annotations
 
@@ -61,21 +66,56 @@ def measure(texts: list[str]) -> dict:
     }
 
 
+def measure_threads(texts: list[str], counts: tuple[int, int]) -> dict:
+    for threads in counts:
+        embed_query(texts[0], "bfloat16", threads)
+    millis: dict[int, list[float]] = {n: [] for n in counts}
+    for i, text in enumerate(texts):
+        for threads in (counts if i % 2 == 0 else counts[::-1]):  # neither count always goes first
+            started = time.perf_counter()
+            embed_query(text, "bfloat16", threads)
+            millis[threads].append((time.perf_counter() - started) * 1000)
+    medians = {n: statistics.median(ms) for n, ms in millis.items()}
+    first, second = counts
+    return {
+        "questions": len(texts),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "threads_ms": {str(n): {"median": round(medians[n], 2), "mean": round(statistics.fmean(ms), 2)}
+                       for n, ms in millis.items()},
+        f"ratio_{first}_to_{second}_threads": round(medians[first] / medians[second], 3),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=SHARED, help="folder holding bird/ and spider/")
     parser.add_argument("--limit", type=int, help="questions per dataset (default: all)")
+    parser.add_argument("--threads", type=int, nargs=2, metavar=("A", "B"),
+                        help="compare two torch thread counts (bfloat16) instead of the precisions")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
+    if args.threads and (min(args.threads) < 1 or args.threads[0] == args.threads[1]):
+        print("query_embedding: error: --threads takes two different counts of at least 1", file=sys.stderr)
+        return 2
     if args.limit is not None and args.limit < 1:
         print("query_embedding: error: --limit must be at least 1", file=sys.stderr)
         return 2
     if not (args.root / "bird").is_dir() or not (args.root / "spider").is_dir():
         print(f"query_embedding: error: {args.root} holds no bird/ and spider/ folders", file=sys.stderr)
         return 2
-    result = measure(question_texts(args.root, args.limit))
+    texts = question_texts(args.root, args.limit)
+    result = measure_threads(texts, tuple(args.threads)) if args.threads else measure(texts)
     if args.json:
         print(json.dumps(result, indent=1))
+        return 0
+    if args.threads:
+        print(f"{result['questions']} questions (bfloat16), OMP_WAIT_POLICY={result['omp_wait_policy'] or 'unset'}, "
+              f"load average {result['load_average']}")
+        for n, ms in result["threads_ms"].items():
+            print(f"  {n} thread(s): median {ms['median']} ms, mean {ms['mean']} ms")
+        key = next(k for k in result if k.startswith("ratio_"))
+        print(f"  {key}: {result[key]}")
         return 0
     ms = result["ms"]
     print(f"{result['questions']} questions, load average {result['load_average']}")

@@ -7,6 +7,7 @@ alone costs seconds, and a rebuild with nothing to embed must not pay for it.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -49,7 +50,7 @@ def embed(texts: list[str]):
                         convert_to_numpy=True, show_progress_bar=False)
 
 
-def embed_query(text: str, precision: str = "float32"):
+def embed_query(text: str, precision: str = "float32", threads: int = 0):
     """One question's unit vector (numpy, float32).
 
     ``bfloat16`` runs the transformer's layers in bfloat16 and pools and normalizes in float32. On a
@@ -57,12 +58,33 @@ def embed_query(text: str, precision: str = "float32"):
     the median of the shared dev questions, less for long ones), and its vector keeps a cosine of at
     least 0.9999 to the float32 one (bench/query_embedding.py).
     Documents are always embedded in float32, so a KB is the same whichever precision asks it.
+
+    ``threads``: torch's intra-op threads for this question (0 keeps torch's count); the count
+    is restored after, so a KB build in the same process keeps its own.
     """
+    import torch
+
+    with _threads(torch, threads):
+        return _embed_query(torch, text, precision)
+
+
+@contextlib.contextmanager
+def _threads(torch, threads: int):
+    before = torch.get_num_threads()
+    if threads and threads != before:
+        torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+    else:
+        yield
+
+
+def _embed_query(torch, text: str, precision: str):
     global embedded_count, _query_transformer
     if precision == "float32":
         return embed([text])[0]
-    import torch
-
     model = load_model()
     with _lock:
         if _query_transformer is None:

@@ -160,6 +160,10 @@ class PgVectorStore:
         write_manifest(self.path, wanted, store="pgvector", url=self.url, key=self.key)
         return report
 
+    def preload(self) -> int:
+        """Nothing to read ahead: every similarity is one query that the server answers from its index."""
+        return 0
+
     def similarities(self, collection_name: str, query_vector, n: int | None = None) -> dict[str, float]:
         """``{document id: cosine similarity}`` for the ``n`` nearest documents (all by default)."""
         vector = _vector(query_vector)

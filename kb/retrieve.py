@@ -402,7 +402,7 @@ class Retriever:
         # kb.embedding brings chromadb and, on first use, torch: a retriever never asked loads neither.
         from reflect_sql.kb.embedding import embed_query
 
-        return embed_query(text, self.settings.query_embedding_precision)
+        return embed_query(text, self.settings.query_embedding_precision, self.settings.query_embedding_threads)
 
     @staticmethod
     def _label_column(table: TableEntry) -> str | None:
@@ -548,6 +548,15 @@ class Retriever:
                 return tables_whole
         pruned = context(selected, False, TABLES_AND_COLUMNS)
         return self._trim(pruned, budget) if budget else pruned
+
+    def warm(self) -> None:
+        """Load now what the first questions would otherwise load one by one: the question embedder,
+        the value index's trigrams and every collection's embeddings. For a long-lived retriever
+        (the chat, a benchmark); ``ask`` answers one question and reads only what it touches."""
+        self._embed("warm")
+        self.values.warm()
+        self.store.preload()
+        self.passes_whole_database()
 
     def passes_whole_database(self) -> bool:
         """Whether the whole database fits the context budget, so that retrieval passes it whole

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reflect_sql.kb.documents import Document
+from reflect_sql.kb.documents import EXAMPLES, Document
 
 if TYPE_CHECKING:
     from reflect_sql.settings import Settings
@@ -164,6 +164,21 @@ class ChromaStore:
         order = np.argsort(-sims, kind="stable")[: min(n or len(ids), len(ids))]
         return {ids[i]: float(sims[i]) for i in order}
 
+    def preload(self) -> int:
+        """Read every collection's embeddings now; returns how many collections were read.
+
+        Lazily, the first question to touch a table pays its read from chroma (about 4 ms each,
+        most of a question's retrieval time on a schema of thousands of tables). A long-lived
+        retriever (the chat, a benchmark) pays them all once at open instead."""
+        chroma = client(self.path)
+        names = [c if isinstance(c, str) else c.name for c in chroma.list_collections()]
+        read = 0
+        for name in names:
+            if name not in self._loaded and name != EXAMPLES:
+                self._loaded[name] = self._load(name)
+                read += 1
+        return read
+
     def _load(self, collection_name: str) -> tuple[list[str], np.ndarray]:
         """A collection's ids and unit-length embeddings, read from chroma once.
 
@@ -187,7 +202,7 @@ class ChromaStore:
         """(document id, similarity, metadata) of the nearest verified examples."""
         chroma = client(self.path)
         try:
-            collection = chroma.get_collection("examples", embedding_function=_ef())
+            collection = chroma.get_collection(EXAMPLES, embedding_function=_ef())
         except Exception:
             return []
         count = collection.count()

@@ -148,6 +148,12 @@ class ValueIndex:
         self._grams = None
         self._rows = []
 
+    def warm(self) -> None:
+        """Open the index and build its trigrams now rather than at the first question."""
+        with self._lock:
+            self._connect()
+            self._trigram_index()
+
     def _trigram_index(self) -> dict[str, np.ndarray]:
         """trigram -> positions (in ``self._rows``) of the values holding it, built on first use.
 

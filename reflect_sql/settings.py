@@ -60,6 +60,11 @@ class Settings(BaseModel):
         "bfloat16", description="Precision of the embedder's layers for a question (KB documents are always "
         "float32). bfloat16: 10-40% less time on a CPU with native bfloat16 (more for long questions), "
         "vectors within a cosine of 0.9999 of float32 (bench/query_embedding.py).")
+    query_embedding_threads: int = Field(
+        1, ge=0, description="torch threads that embed a question (0: torch's own count; KB documents keep it). "
+        "With OMP_WAIT_POLICY=PASSIVE, which the embedded LM needs, a second thread sleeps between the "
+        "hundreds of small operations of one short question and each wake-up costs more than it saves: one "
+        "thread took 0.8x the time of two on an AMD EPYC VM (bench/query_embedding.py --threads).")
     # How lexical, value and example evidence add to a table's or column's cosine similarity (which lies
     # in [-1, 1]) in kb/retrieve.py. Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py),
     # in round steps.

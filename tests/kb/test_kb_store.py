@@ -77,3 +77,29 @@ def test_a_local_server_forgets_the_users_that_died(tmp_path):
     empty.mkdir()
     forget_dead_users(empty)
     assert list(empty.iterdir()) == []  # initdb refuses a data directory that is not empty
+
+
+def test_a_warm_retriever_reads_nothing_more_from_chroma_and_answers_alike(school_db, tmp_path, monkeypatch):
+    settings = Settings(context_budget_tokens=0)
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    reads = []
+    real = ChromaStore._load
+    monkeypatch.setattr(ChromaStore, "_load", lambda self, name: reads.append(name) or real(self, name))
+    question = "Which students take thermodynamics?"
+
+    lazy = Retriever(tmp_path / "kb", settings)
+    expected = lazy.retrieve(question).render()
+    lazily_read = list(reads)
+    assert GLOBAL in lazily_read and len(lazily_read) < 1 + 4  # only what the question touched
+    lazy.close()
+
+    reads.clear()
+    warm = Retriever(tmp_path / "kb", settings)
+    warm.warm()
+    # Every table's collection and the global one, but not the verified examples (chroma queries those).
+    assert sorted(reads) == sorted([GLOBAL] + [collection_for_table(t) for t in ("student", "course", "enrollment",
+                                                                               "dish")])
+    reads.clear()
+    assert warm.retrieve(question).render() == expected
+    assert reads == []
+    warm.close()

@@ -45,14 +45,39 @@ def test_the_retriever_asks_in_the_precision_its_settings_name(school_db, tmp_pa
     build_kb(str(school_db), tmp_path / "kb", settings)
     asked = []
     real = embedding.embed_query
-    monkeypatch.setattr(embedding, "embed_query", lambda text, p="float32": asked.append(p) or real(text, p))
+    monkeypatch.setattr(embedding, "embed_query",
+                        lambda text, p="float32", threads=0: asked.append((p, threads)) or real(text, p, threads))
     retriever = Retriever(tmp_path / "kb", settings)
     try:
         context = retriever.retrieve("Which students take thermodynamics?")
     finally:
         retriever.close()
-    assert asked and set(asked) == {precision}
+    assert asked and set(asked) == {(precision, settings.query_embedding_threads)}
     assert {"student", "course"} <= set(context.tables)
+
+
+def test_a_question_embedded_on_one_thread_leaves_torch_its_own_count():
+    import torch
+
+    before = torch.get_num_threads()
+    assert before >= 2, "the test needs torch to run on two threads or more"
+    seen = []
+    real = torch.set_num_threads
+
+    try:
+        torch.set_num_threads = lambda n: seen.append(n) or real(n)
+        one = embedding.embed_query(QUESTIONS[1], "bfloat16", 1)
+    finally:
+        torch.set_num_threads = real
+    assert seen == [1, before] and torch.get_num_threads() == before
+    assert float(one @ embedding.embed_query(QUESTIONS[1], "bfloat16")) > 0.99999
+    # 0 keeps torch's count: nothing is switched.
+    try:
+        torch.set_num_threads = lambda n: seen.append(n) or real(n)
+        embedding.embed_query(QUESTIONS[1], "bfloat16", 0)
+    finally:
+        torch.set_num_threads = real
+    assert seen == [1, before]
 
 
 def test_an_unknown_precision_is_refused():
@@ -86,3 +111,20 @@ def test_the_bench_times_both_precisions_on_the_shared_questions(benchmarks_dir)
 def test_the_bench_refuses_a_root_without_the_benchmarks(tmp_path):
     proc = _bench("--root", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "bird/" in proc.stderr
+
+
+def test_the_bench_compares_thread_counts(benchmarks_dir):
+    import json
+
+    proc = _bench("--json", "--limit", "2", "--threads", "1", "2", "--root", str(benchmarks_dir))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["questions"] == 4 and set(result["threads_ms"]) == {"1", "2"}
+    assert result["omp_wait_policy"] == "PASSIVE"  # as in every reflect-sql process
+    assert result["ratio_1_to_2_threads"] == pytest.approx(
+        result["threads_ms"]["1"]["median"] / result["threads_ms"]["2"]["median"], rel=0.02)
+
+
+def test_the_bench_refuses_equal_thread_counts(benchmarks_dir):
+    proc = _bench("--threads", "2", "2", "--root", str(benchmarks_dir))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--threads" in proc.stderr
