@@ -21,7 +21,7 @@ from reflect_sql.kb import sources
 from reflect_sql.kb.documents import documents, example_id
 from reflect_sql.kb.model import ColumnEntry, Example, KnowledgeBase, TableEntry
 from reflect_sql.kb.store import open_store
-from reflect_sql.kb.values import ValueIndex, indexable_column, indexable_value
+from reflect_sql.kb.values import VALUES_FILE, ValueIndex, indexable_column, indexable_value
 from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # the db room (and sqlglot with it) loads only when the datab
     from reflect_sql.db.base import Engine
     from reflect_sql.db.schema import Schema
 
-VALUES_FILE = "values.sqlite"
 SOURCES_FILE = "sources.json"
 # Bump when the way a KB is derived from its sources changes: stored source signatures then no
 # longer match and the next build redoes everything.

@@ -22,6 +22,7 @@ BATCH_SIZE = 16  # short documents: small batches pad less
 _model = None
 _query_transformer = None  # the transformer module in bfloat16, for questions (see embed_query)
 _lock = threading.Lock()
+_torch_lock = threading.RLock()  # around every forward pass: a question may switch torch's thread count
 #: How many texts this process has embedded; tests use it to prove a rebuild embedded nothing.
 embedded_count = 0
 
@@ -43,6 +44,11 @@ def load_model():
 
 def embed(texts: list[str]):
     """Unit-length vectors (numpy, float32), one per text, so cosine similarity is a dot product."""
+    with _torch_lock:
+        return _embed(texts)
+
+
+def _embed(texts: list[str]):
     global embedded_count
     model = load_model()
     embedded_count += len(texts)
@@ -59,32 +65,36 @@ def embed_query(text: str, precision: str = "float32", threads: int = 0):
     least 0.9999 to the float32 one (bench/query_embedding.py).
     Documents are always embedded in float32, so a KB is the same whichever precision asks it.
 
-    ``threads``: torch's intra-op threads for this question (0 keeps torch's count); the count
-    is restored after, so a KB build in the same process keeps its own.
+    ``threads``: torch's intra-op threads for this question (0 keeps torch's count). The count is
+    process-wide (a thread's first torch operation copies it), so it is switched and restored under
+    the lock every embedding of this module takes: a KB build or enrichment never runs, or starts a
+    thread, while it is switched.
     """
-    import torch
-
-    with _threads(torch, threads):
-        return _embed_query(torch, text, precision)
+    with _torch_lock, _torch_threads(threads):
+        return _embed_query(text, precision)
 
 
 @contextlib.contextmanager
-def _threads(torch, threads: int):
+def _torch_threads(threads: int):
+    import torch
+
     before = torch.get_num_threads()
-    if threads and threads != before:
-        torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-    else:
+    if not threads or threads == before:
         yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
-def _embed_query(torch, text: str, precision: str):
+def _embed_query(text: str, precision: str):
     global embedded_count, _query_transformer
     if precision == "float32":
-        return embed([text])[0]
+        return _embed([text])[0]
+    import torch
+
     model = load_model()
     with _lock:
         if _query_transformer is None:

@@ -18,10 +18,9 @@ from reflect_sql.kb.build import sync_indexes
 from reflect_sql.kb.documents import example_id
 from reflect_sql.kb.model import Example, KnowledgeBase
 from reflect_sql.kb.usage import UsageError, sql_usage
-from reflect_sql.kb.values import ValueIndex
+from reflect_sql.kb.values import VALUES_FILE, ValueIndex
 from reflect_sql.kb.versions import KBDir
 
-VALUES_FILE = "values.sqlite"
 
 
 @dataclass

@@ -168,12 +168,15 @@ class ChromaStore:
         """Read every collection's embeddings now; returns how many collections were read.
 
         Lazily, the first question to touch a table pays its read from chroma (about 4 ms each,
-        most of a question's retrieval time on a schema of thousands of tables). A long-lived
-        retriever (the chat, a benchmark) pays them all once at open instead."""
+        most of a question's retrieval time on a schema of thousands of tables). A retriever that
+        answers many questions can pay them all once at open instead (bench/retrieval_scale.py
+        does). What is read is a snapshot: a sync through another store object (a rebuild,
+        enrichment) is seen by a new store, as the chat's reopened retriever is."""
         chroma = client(self.path)
         names = [c if isinstance(c, str) else c.name for c in chroma.list_collections()]
         read = 0
         for name in names:
+            # Verified examples are asked of chroma at each question (example_hits), never read whole.
             if name not in self._loaded and name != EXAMPLES:
                 self._loaded[name] = self._load(name)
                 read += 1

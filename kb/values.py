@@ -25,6 +25,8 @@ import numpy as np
 
 from reflect_sql.kb.text import STOPWORDS, fold, split_identifier
 
+VALUES_FILE = "values.sqlite"  # in every KB directory
+
 # Longer values are free text: a question quotes them in part (a partial hit), never whole with a
 # typo, so they stay out of the in-memory trigram index.
 MAX_VALUE_CHARS = 80
@@ -150,6 +152,8 @@ class ValueIndex:
 
     def warm(self) -> None:
         """Open the index and build its trigrams now rather than at the first question."""
+        if not self.path.is_file():  # opening would create it, and a build reads a missing file as "rebuild"
+            return
         with self._lock:
             self._connect()
             self._trigram_index()

@@ -64,7 +64,8 @@ class Settings(BaseModel):
         1, ge=0, description="torch threads that embed a question (0: torch's own count; KB documents keep it). "
         "With OMP_WAIT_POLICY=PASSIVE, which the embedded LM needs, a second thread sleeps between the "
         "hundreds of small operations of one short question and each wake-up costs more than it saves: one "
-        "thread took 0.8x the time of two on an AMD EPYC VM (bench/query_embedding.py --threads).")
+        "thread took 0.8x the time of two on an AMD EPYC VM, while an Intel one had favoured two "
+        "(bench/query_embedding.py --threads 1 2 tells for a machine).")
     # How lexical, value and example evidence add to a table's or column's cosine similarity (which lies
     # in [-1, 1]) in kb/retrieve.py. Tuned on the BIRD and Spider dev databases (bench/retrieval_recall.py),
     # in round steps.

@@ -88,9 +88,11 @@ def test_a_warm_retriever_reads_nothing_more_from_chroma_and_answers_alike(schoo
     question = "Which students take thermodynamics?"
 
     lazy = Retriever(tmp_path / "kb", settings)
-    expected = lazy.retrieve(question).render()
-    lazily_read = list(reads)
-    assert GLOBAL in lazily_read and len(lazily_read) < 1 + 4  # only what the question touched
+    context = lazy.retrieve(question)
+    expected = context.render()
+    # Only what the question touched: the tables' collection and those of the tables it retrieved.
+    assert sorted(reads) == sorted([GLOBAL] + [collection_for_table(t) for t in context.tables])
+    assert "dish" not in context.tables
     lazy.close()
 
     reads.clear()
@@ -102,4 +104,32 @@ def test_a_warm_retriever_reads_nothing_more_from_chroma_and_answers_alike(schoo
     reads.clear()
     assert warm.retrieve(question).render() == expected
     assert reads == []
+    warm.close()
+
+
+def test_a_kb_without_a_value_file_stays_without_one_after_a_warm_up(school_db, tmp_path):
+    settings = Settings(context_budget_tokens=0)
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    values = tmp_path / "kb" / "values.sqlite"
+    assert values.is_file()
+    values.unlink()
+    retriever = Retriever(tmp_path / "kb", settings)
+    retriever.warm()
+    retriever.close()
+    assert not values.is_file()  # a build still sees it missing and rebuilds it
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    assert values.is_file()
+
+
+def test_a_pgvector_retriever_warms_and_answers_as_it_did(both, school_db):
+    _, pg, kb_dir = both
+    build_kb(str(school_db), kb_dir, pg)
+    question = "Which students take thermodynamics?"
+    lazy = Retriever(kb_dir, pg)
+    expected = lazy.retrieve(question).render()
+    lazy.close()
+    warm = Retriever(kb_dir, pg)
+    warm.warm()  # every similarity is a query on the server: nothing to read ahead
+    assert warm.store.preload() == 0
+    assert warm.retrieve(question).render() == expected
     warm.close()

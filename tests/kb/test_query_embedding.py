@@ -41,7 +41,7 @@ def test_the_bfloat16_model_leaves_the_document_embedder_in_float32():
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float32"])
 def test_the_retriever_asks_in_the_precision_its_settings_name(school_db, tmp_path, monkeypatch, precision):
-    settings = Settings(context_budget_tokens=0, query_embedding_precision=precision)
+    settings = Settings(context_budget_tokens=0, query_embedding_precision=precision, query_embedding_threads=3)
     build_kb(str(school_db), tmp_path / "kb", settings)
     asked = []
     real = embedding.embed_query
@@ -52,32 +52,48 @@ def test_the_retriever_asks_in_the_precision_its_settings_name(school_db, tmp_pa
         context = retriever.retrieve("Which students take thermodynamics?")
     finally:
         retriever.close()
-    assert asked and set(asked) == {(precision, settings.query_embedding_threads)}
+    assert asked and set(asked) == {(precision, 3)}
     assert {"student", "course"} <= set(context.tables)
 
 
-def test_a_question_embedded_on_one_thread_leaves_torch_its_own_count():
+def _counting_thread_switches(monkeypatch):
+    import torch
+
+    seen = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.append(n) or real(n))
+    return seen
+
+
+def test_a_question_embedded_on_one_thread_leaves_torch_its_own_count(monkeypatch):
     import torch
 
     before = torch.get_num_threads()
-    assert before >= 2, "the test needs torch to run on two threads or more"
-    seen = []
-    real = torch.set_num_threads
-
-    try:
-        torch.set_num_threads = lambda n: seen.append(n) or real(n)
-        one = embedding.embed_query(QUESTIONS[1], "bfloat16", 1)
-    finally:
-        torch.set_num_threads = real
+    if before < 2:
+        pytest.skip("torch runs on one thread here: there is nothing to switch")
+    seen = _counting_thread_switches(monkeypatch)
+    one = embedding.embed_query(QUESTIONS[1], "bfloat16", 1)
     assert seen == [1, before] and torch.get_num_threads() == before
     assert float(one @ embedding.embed_query(QUESTIONS[1], "bfloat16")) > 0.99999
-    # 0 keeps torch's count: nothing is switched.
-    try:
-        torch.set_num_threads = lambda n: seen.append(n) or real(n)
-        embedding.embed_query(QUESTIONS[1], "bfloat16", 0)
-    finally:
-        torch.set_num_threads = real
+    embedding.embed_query(QUESTIONS[1], "bfloat16", 0)  # 0 keeps torch's count: nothing is switched
     assert seen == [1, before]
+
+
+def test_the_thread_count_comes_back_when_the_embedding_fails(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    if before < 2:
+        pytest.skip("torch runs on one thread here: there is nothing to switch")
+
+    def broken(text, precision):
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("model file gone")
+
+    monkeypatch.setattr(embedding, "_embed_query", broken)
+    with pytest.raises(RuntimeError, match="model file gone"):
+        embedding.embed_query(QUESTIONS[0], "bfloat16", 1)
+    assert torch.get_num_threads() == before
 
 
 def test_an_unknown_precision_is_refused():
