@@ -22,7 +22,6 @@ from reflect_sql.kb.values import VALUES_FILE, ValueIndex
 from reflect_sql.kb.versions import KBDir
 
 
-
 @dataclass
 class EnrichmentResult:
     accepted: bool

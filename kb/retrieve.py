@@ -55,7 +55,6 @@ from reflect_sql.kb.versions import KBDir
 from reflect_sql.settings import Settings
 
 
-
 @dataclass(frozen=True)
 class Weights:
     """How lexical, value and example evidence add to cosine similarity: a view of the settings'

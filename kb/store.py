@@ -56,6 +56,11 @@ def client(kb_path: Path):
     return _clients[key]
 
 
+def _collection_names(chroma) -> list[str]:
+    # chroma returns names or Collection objects depending on its version.
+    return [c if isinstance(c, str) else c.name for c in chroma.list_collections()]
+
+
 def _collection(chroma, name: str):
     from reflect_sql.kb.embedding import MiniLMEmbedding
 
@@ -119,7 +124,7 @@ class ChromaStore:
         from reflect_sql.kb.embedding import embed
 
         chroma = client(self.path)
-        existing_names = {c if isinstance(c, str) else c.name for c in chroma.list_collections()}
+        existing_names = set(_collection_names(chroma))
         pending: list[tuple[object, Document]] = []
         for name, docs in wanted.items():
             collection = _collection(chroma, name)
@@ -172,10 +177,8 @@ class ChromaStore:
         answers many questions can pay them all once at open instead (bench/retrieval_scale.py
         does). What is read is a snapshot: a sync through another store object (a rebuild,
         enrichment) is seen by a new store, as the chat's reopened retriever is."""
-        chroma = client(self.path)
-        names = [c if isinstance(c, str) else c.name for c in chroma.list_collections()]
         read = 0
-        for name in names:
+        for name in _collection_names(client(self.path)):
             # Verified examples are asked of chroma at each question (example_hits), never read whole.
             if name not in self._loaded and name != EXAMPLES:
                 self._loaded[name] = self._load(name)

@@ -13,6 +13,7 @@ from reflect_sql.kb.embedding import embed
 from reflect_sql.kb.pgvector_store import PgVectorStore
 from reflect_sql.kb.retrieve import Retriever
 from reflect_sql.kb.store import ChromaStore, open_store
+from reflect_sql.kb.values import VALUES_FILE
 from reflect_sql.settings import Settings
 
 
@@ -110,7 +111,7 @@ def test_a_warm_retriever_reads_nothing_more_from_chroma_and_answers_alike(schoo
 def test_a_kb_without_a_value_file_stays_without_one_after_a_warm_up(school_db, tmp_path):
     settings = Settings(context_budget_tokens=0)
     build_kb(str(school_db), tmp_path / "kb", settings)
-    values = tmp_path / "kb" / "values.sqlite"
+    values = tmp_path / "kb" / VALUES_FILE
     assert values.is_file()
     values.unlink()
     retriever = Retriever(tmp_path / "kb", settings)
