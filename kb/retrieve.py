@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import itertools
 import re
 import unicodedata
@@ -225,6 +226,35 @@ class _Question:
         return best
 
 
+_ColumnName = tuple[str, str]  # a column's (name, natural name): what its lexical evidence depends on
+
+
+@dataclass
+class _Evidence:
+    """What one question's words and values say of the tables and columns they touch. A table or
+    column absent from every map has no evidence (``NO_EVIDENCE``)."""
+
+    question: _Question
+    retriever: "Retriever"
+    names: set[_ColumnName]  # the column names the question's words or identifiers matched
+    holding: dict[str, set[str]]  # table -> its columns holding a value the question mentions
+    value_of: dict[tuple[str, str], float]  # (table, column), lower-case -> value match
+    named: dict[str, float]  # table -> share of its name the question spells
+    best_name: dict[str, float]  # table -> its best column-name match times specificity
+    best_value: dict[str, float]  # table -> its best value match
+
+    def has(self, table: str, column: ColumnEntry) -> bool:
+        return (column.name, column.natural_name) in self.names or column.name in self.holding.get(table, ())
+
+    def of(self, table: TableEntry) -> dict[str, tuple[float, float, float]]:
+        """(name coverage, specificity, value match) of each of ``table``'s columns with evidence."""
+        q, lower = self.question, table.name.lower()
+        return {c.name: (q.name_coverage(c.name, c.natural_name),
+                         self.retriever._specific(q, (c.name, c.natural_name)),
+                         self.value_of.get((lower, c.name.lower()), 0.0))
+                for c in table.columns if self.has(table.name, c)}
+
+
 class Retriever:
     """Retrieval over one KB directory; opens its indexes once and answers many questions."""
 
@@ -241,9 +271,12 @@ class Retriever:
         # table a question needs; "language" in one says a lot.
         self._word_tables: dict[str, set[str]] = {}
         self._name_tables: dict[str, set[str]] = {}
-        # Which columns each name word occurs in, so a question scores only the columns it can
-        # match: on ten thousand columns, scoring each one per question costs more than the rest.
-        self._columns_of_token: dict[str, list[tuple[TableEntry, ColumnEntry]]] = {}
+        # Which column names each name word occurs in, so a question scores only the names it can
+        # match, and each name once: on ten thousand columns, hundreds are called "name", and
+        # scoring each column per question costs more than the rest of retrieval.
+        self._names_of_token: dict[str, list[_ColumnName]] = {}
+        self._names_of_lower: dict[str, list[_ColumnName]] = {}
+        self._tables_of_name: dict[_ColumnName, list[str]] = {}
         self._columns_of_name: dict[str, list[tuple[TableEntry, ColumnEntry]]] = {}
         for t in self.kb.tables:
             for c in t.columns:
@@ -251,17 +284,21 @@ class Retriever:
                 self._columns_of_name.setdefault(c.name.lower(), []).append((t, c))
                 for word in _name_words(c.name, c.natural_name):
                     self._word_tables.setdefault(word, set()).add(t.name)
-                for token in set(_tokens(c.name) + _natural_tokens(c.natural_name)):
-                    self._columns_of_token.setdefault(token, []).append((t, c))
+                key = (c.name, c.natural_name)
+                if key not in self._tables_of_name:
+                    self._names_of_lower.setdefault(c.name.lower(), []).append(key)
+                    for token in set(_tokens(c.name) + _natural_tokens(c.natural_name)):
+                        self._names_of_token.setdefault(token, []).append(key)
+                self._tables_of_name.setdefault(key, []).append(t.name)
         self._tokens_of_stem: dict[str, list[str]] = {}
         self._tokens_of_prefix: dict[str, list[str]] = {}
-        for token in self._columns_of_token:
+        for token in self._names_of_token:
             s = _stem(token)
             self._tokens_of_stem.setdefault(s, []).append(token)
             if len(s) >= 5:
                 self._tokens_of_prefix.setdefault(s[:5], []).append(token)
-        self._compound_tokens = [t for t in self._columns_of_token if len(t) >= 7]
-        self._table_names = [(t.name, t.name.lower()) for t in self.kb.tables]
+        self._compound_tokens = [t for t in self._names_of_token if len(t) >= 7]
+        self._table_order = [t.name for t in self.kb.tables]
         # Lists: PostgreSQL may hold "Orders" and "orders" both. Where one table must answer, the
         # last of them does, as a dict built over the tables would.
         self._tables_by_lower: dict[str, list[TableEntry]] = {}
@@ -273,7 +310,7 @@ class Retriever:
             for token in set(_tokens(t.name) + _natural_tokens(t.natural_name)):
                 self._tables_of_token.setdefault(token, []).append(t)
         for token in self._tables_of_token:
-            if token not in self._columns_of_token:
+            if token not in self._names_of_token:
                 s = _stem(token)
                 self._tokens_of_stem.setdefault(s, []).append(token)
                 if len(s) >= 5:
@@ -285,28 +322,26 @@ class Retriever:
         self._compound_text = "\n".join(self._compound_tokens)
         self._compound_starts = list(itertools.accumulate((len(t) + 1 for t in self._compound_tokens[:-1]), initial=0))
 
-    def _specific(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
-        """1 / (tables sharing the words the question matched in this column's name), averaged."""
+    def _specific(self, q: "_Question", name: "_ColumnName") -> float:
+        """1 / (tables sharing the words the question matched in this column name), averaged."""
         # Every table holding a column of this name is in the denominators: the table itself
         # changes nothing, so one score per name serves the hundreds of "name" columns.
-        key = (column.name, column.natural_name)
-        found = q.specificity.get(key)
+        found = q.specificity.get(name)
         if found is None:
-            found = q.specificity[key] = self._specificity(q, table, column)
+            found = q.specificity[name] = self._specificity(q, *name)
         return found
 
-    def _specificity(self, q: "_Question", table: TableEntry, column: ColumnEntry) -> float:
-        if column.name.lower() in q.identifiers and ("_" in column.name or len(_tokens(column.name)) > 1):
-            return 1.0 / len(self._name_tables.get(column.name.lower(), {table.name}))
-        shares = [1.0 / len(self._word_tables.get(w, {table.name}))
-                  for w in _name_words(column.name, column.natural_name) if q.token_match(w) > 0]
+    def _specificity(self, q: "_Question", name: str, natural: str) -> float:
+        # Every name the retriever scores is a KB column's, so each of its words is indexed.
+        if name.lower() in q.identifiers and ("_" in name or len(_tokens(name)) > 1):
+            return 1.0 / len(self._name_tables[name.lower()])
+        shares = [1.0 / len(self._word_tables[w]) for w in _name_words(name, natural) if q.token_match(w) > 0]
         return sum(shares) / len(shares) if shares else 1.0
 
-    def _lexical_evidence(self, q: "_Question", value_of: dict[tuple[str, str], float]
-                          ) -> tuple[dict[str, dict[str, tuple[float, float, float]]], dict[str, float]]:
-        """(name coverage, specificity, value match) of every column with any of them, a column
-        absent having ``NO_EVIDENCE``; and the name coverage of every table. Only the names sharing
-        a word with the question, named verbatim in it, or holding a value it mentions are scored."""
+    def _lexical_evidence(self, q: "_Question", value_of: dict[tuple[str, str], float]) -> "_Evidence":
+        """What the question's words and values say of the tables and columns they touch. Only the
+        names sharing a word with the question, named verbatim in it, or holding a value it
+        mentions are scored, each distinct column name once."""
         candidates = {tok for s in q.stems | q.implied for tok in self._tokens_of_stem.get(s, ())}
         candidates.update(tok for s in q.stems if len(s) >= 5 for tok in self._tokens_of_prefix.get(s[:5], ()))
         if q.pieces:
@@ -315,27 +350,40 @@ class Retriever:
             candidates.update(self._compound_tokens[bisect.bisect_right(self._compound_starts, m.start()) - 1]
                               for m in pieces.finditer(self._compound_text))
         matched = [tok for tok in candidates if q.token_match(tok) > 0]
-        named = dict.fromkeys((t.name for t in self.kb.tables), 0.0)
+        named: dict[str, float] = {}
         for t in {t.name: t for tok in matched for t in self._tables_of_token.get(tok, ())}.values():
             named[t.name] = q.name_coverage(t.name, t.natural_name)
         for ident in q.identifiers:  # a verbatim identifier needs no word in common
             for t in self._tables_by_lower.get(ident, ()):
                 named[t.name] = q.name_coverage(t.name, t.natural_name)
-        # Keyed by the entry object: "name" alone may match a thousand columns of a large schema.
-        columns = {id(c): (t, c) for tok in matched for t, c in self._columns_of_token.get(tok, ())}
+        names = {name for tok in matched for name in self._names_of_token.get(tok, ())}
         for ident in q.identifiers:
-            columns.update((id(c), (t, c)) for t, c in self._columns_of_name.get(ident, ()))
+            names.update(self._names_of_lower.get(ident, ()))
+        best_name: dict[str, float] = {}
+        for name in names:
+            product = q.name_coverage(*name) * self._specific(q, name)
+            if product > 0:
+                for table in self._tables_of_name[name]:
+                    if product > best_name.get(table, 0.0):
+                        best_name[table] = product
+        # A value the question mentions brings the column holding it (the last of the tables whose
+        # names differ only in case, as everywhere a single table must answer).
+        holding: dict[str, set[str]] = {}
         for table, column in value_of:
             entry = self._table_by_lower.get(table)
             found = entry.column(column) if entry is not None else None
             if found is not None:
-                columns[id(found)] = (entry, found)
-        evidence: dict[str, dict[str, tuple[float, float, float]]] = {}
-        for t, c in columns.values():
-            evidence.setdefault(t.name, {})[c.name] = (
-                q.name_coverage(c.name, c.natural_name), self._specific(q, t, c),
-                value_of.get((t.name.lower(), c.name.lower()), 0.0) if value_of else 0.0)
-        return evidence, named
+                holding.setdefault(entry.name, set()).add(found.name)
+                name = (found.name, found.natural_name)
+                product = q.name_coverage(*name) * self._specific(q, name)
+                if product > best_name.get(entry.name, 0.0):
+                    best_name[entry.name] = product
+        evidence = _Evidence(q, self, names, holding, value_of, named, best_name, {})
+        for (table, column), score in value_of.items():
+            for entry in self._tables_by_lower.get(table, ()):
+                if any(c.name.lower() == column and evidence.has(entry.name, c) for c in entry.columns):
+                    evidence.best_value[entry.name] = max(evidence.best_value.get(entry.name, 0.0), score)
+        return evidence
 
     def close(self) -> None:
         self.values.close()
@@ -487,29 +535,32 @@ class Retriever:
         value_of = {(v.table.lower(), v.column.lower()): v.score for v in matches}
         hits, example_tables, example_columns = self._examples(vectors)
 
-        evidence_of, named = self._lexical_evidence(q, value_of)
+        evidence = self._lexical_evidence(q, value_of)
         in_time = places_in_time(text)  # then a date or time column is implied, named or not
 
         # Step 1: tables.
         table_sim = self._similarities(GLOBAL, vectors)
-        scores: dict[str, float] = {}
-        strong: dict[str, bool] = {}
-        for name, lower in self._table_names:
-            ev = evidence_of.get(name)
-            if ev:
-                best_name = max(n * s for n, s, _ in ev.values())
-                best_value = max(v for _, _, v in ev.values())
-            else:  # most tables of a large schema: nothing of theirs is in the question
-                best_name = best_value = 0.0
-            scores[name] = (table_sim.get(name, 0.0) + w.table_name * named[name] + w.table_column * best_name
+        # Most tables of a large schema have nothing of theirs in the question: their score is
+        # their similarity, and only the few the evidence touches are scored further.
+        scores = {name: table_sim.get(name, 0.0) for name in self._table_order}
+        named = evidence.named
+        touched = named.keys() | evidence.best_name.keys() | evidence.best_value.keys() | {
+            t.name for lower in example_tables for t in self._tables_by_lower.get(lower, ())}
+        # A threshold of 0 admits every table, whatever its evidence.
+        every_table_strong = min(w.strong_table_name, w.strong_column_name, w.strong_value) <= 0
+        strong = set(scores) if every_table_strong else set()
+        for name in touched:
+            lower, best_name, best_value = name.lower(), evidence.best_name.get(name, 0.0), evidence.best_value.get(name, 0.0)
+            scores[name] = (table_sim.get(name, 0.0) + w.table_name * named.get(name, 0.0) + w.table_column * best_name
                             + w.table_value * best_value + w.example * example_tables.get(lower, 0.0))
-            strong[name] = (named[name] >= w.strong_table_name or best_name >= w.strong_column_name
-                            or best_value >= w.strong_value or lower in example_tables)
-        ranked = [n for _, n in sorted((-score, n) for n, score in scores.items())]
+            if (named.get(name, 0.0) >= w.strong_table_name or best_name >= w.strong_column_name
+                    or best_value >= w.strong_value or lower in example_tables):
+                strong.add(name)
+        ranked = heapq.nsmallest(k, scores, key=lambda n: (-scores[n], n))
         top = scores[ranked[0]] if ranked else 0.0
-        chosen = [n for i, n in enumerate(ranked[:k]) if i == 0 or strong[n] or scores[n] >= top - margin]
+        chosen = [n for i, n in enumerate(ranked) if i == 0 or n in strong or scores[n] >= top - margin]
         referenced = self.referenced_tables(everything) if st.keep_referenced_tables else set()
-        chosen += [n for n in ranked if n in referenced and n not in chosen]
+        chosen += sorted((n for n in referenced if n in scores and n not in chosen), key=lambda n: (-scores[n], n))
         bridges = self.connect(chosen)
         selected = chosen + bridges
 
@@ -524,7 +575,7 @@ class Retriever:
             return similarities[table]
 
         def context(tables: list[str], every_column: bool, pruned: str) -> SchemaContext:
-            entries, joins = self._entries(tables, set(bridges), scores, named, evidence_of, example_columns,
+            entries, joins = self._entries(tables, set(bridges), scores, evidence, example_columns,
                                            column_similarities, m, floor, every_column, in_time)
             return SchemaContext(question=question, dialect=self.kb.dialect, k=k, m=m, entries=entries, joins=joins,
                                  values=[v for v in matches if v.table in set(tables)], examples=shown_examples,
@@ -566,8 +617,7 @@ class Retriever:
             return False
         if self._whole_tokens is None:
             names = [t.name for t in self.kb.tables]
-            unscored = dict.fromkeys(names, 0.0)
-            entries, _ = self._entries(names, set(), unscored, unscored, {}, {}, lambda table: {},
+            entries, _ = self._entries(names, set(), dict.fromkeys(names, 0.0), None, {}, lambda table: {},
                                        self.settings.m_columns, self.weights.column_floor, True)
             self._whole_tokens = estimated_tokens(SchemaContext(
                 question="", dialect=self.kb.dialect, k=self.settings.k_tables, m=self.settings.m_columns,
@@ -597,8 +647,8 @@ class Retriever:
                     entry.columns = [c for c in entry.columns if c.name != column]
         return context
 
-    def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], named: dict[str, float],
-                 evidence_of: dict, example_columns: dict[str, float],
+    def _entries(self, selected: list[str], bridges: set[str], scores: dict[str, float], evidence: "_Evidence | None",
+                 example_columns: dict[str, float],
                  column_similarities: Callable[[str], dict[str, float]], m: int, floor: float,
                  every_column: bool, in_time: bool = False) -> tuple[list[ContextTable], list[ForeignKey]]:
         """Step 2: the columns shown of each selected table, and the join edges among them."""
@@ -608,9 +658,9 @@ class Retriever:
         for name in selected:
             table = self.kb.table(name)
             sims = column_similarities(table.name)
-            label = self._label_column(table) if named[name] >= 0.99 else None
+            found = evidence.of(table) if evidence is not None else {}
+            label = self._label_column(table) if evidence is not None and evidence.named.get(name, 0.0) >= 0.99 else None
             kept, rest = [], []
-            found = evidence_of.get(name, {})
             # The time the question names needs a date column of this table, unless it names one.
             time_implied = in_time and not any(temporal(c) and found.get(c.name, NO_EVIDENCE)[0] >= IMPLIED_MATCH
                                                for c in table.columns)

@@ -99,10 +99,17 @@ def test_retrieval_weights_come_from_a_config_and_change_what_is_retrieved(super
                                                                     "retrieval_strong_value=1.5",
                                                                     "retrieval_strong_column_name=1.5",
                                                                     "retrieval_strong_table_name=1"])}, environ={})
+    # A strength threshold of 0 admits every table of the top k too, with no evidence of its own.
+    any_strong_settings = load_settings(overrides={"context_budget_tokens": 0,
+                                                   **parse_assignments(["retrieval_table_margin=0",
+                                                                        "retrieval_strong_value=0"])}, environ={})
     wide, narrow = Retriever(superhero_kb, wide_settings), Retriever(superhero_kb, narrow_settings)
+    any_strong = Retriever(superhero_kb, any_strong_settings)
     try:
         many, few = wide.retrieve(question, k=6, m=4), narrow.retrieve(question, k=6, m=4)
         assert len(set(many.tables) - set(few.tables)) >= 2
+        assert set(any_strong.retrieve(question, k=6, m=4).tables) == set(many.tables)
     finally:
         wide.close()
         narrow.close()
+        any_strong.close()
