@@ -12,6 +12,7 @@ are not indexed: a question never quotes them as names.
 """
 from __future__ import annotations
 
+import bisect
 import difflib
 import hashlib
 import re
@@ -124,8 +125,9 @@ class ValueIndex:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
         self._grams: dict[str, np.ndarray] | None = None
-        self._rows: list[tuple[str, str, str, str, str | None]] = []
-        self._lengths = np.zeros(0, dtype=np.int32)
+        self._rows: list[tuple[str, str, str, str, str | None]] = []  # by length, then row id
+        self._lengths: list[int] = []  # of each of self._rows' folded values: ascending
+        self._ranks = np.zeros(0, dtype=np.int32)  # of each of self._rows in row-id order
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -161,19 +163,21 @@ class ValueIndex:
     def _trigram_index(self) -> dict[str, np.ndarray]:
         """trigram -> positions (in ``self._rows``) of the values holding it, built on first use.
 
-        Positions are in row-id order, so candidates tie-break alike in every process; numpy
-        counts shared trigrams in C, which keeps a value index of 100,000 values fast."""
+        Rows are ordered by length, so the values of a length comparable to a span are one slice
+        of every posting list: a span counts shared trigrams only there, not over every value.
+        numpy counts in C, which keeps a value index of 100,000 values fast."""
         if self._grams is None:
+            by_id = [row for row in self._connect().execute("SELECT tbl, col, value, norm, alias FROM vals ORDER BY id")
+                     if len(row[3]) <= MAX_VALUE_CHARS]
+            order = sorted(range(len(by_id)), key=lambda i: len(by_id[i][3]))  # stable: ties stay in row-id order
+            rows = [by_id[i] for i in order]
             grams: dict[str, list[int]] = {}
-            rows = []
-            for row in self._connect().execute("SELECT tbl, col, value, norm, alias FROM vals ORDER BY id"):
-                if len(row[3]) > MAX_VALUE_CHARS:
-                    continue
+            for position, row in enumerate(rows):
                 for g in _trigrams(row[3]):
-                    grams.setdefault(g, []).append(len(rows))
-                rows.append(row)
+                    grams.setdefault(g, []).append(position)
             self._rows = rows
-            self._lengths = np.fromiter((len(r[3]) for r in rows), dtype=np.int32, count=len(rows))
+            self._lengths = [len(r[3]) for r in rows]
+            self._ranks = np.asarray(order, dtype=np.int32)
             self._grams = {g: np.asarray(ids, dtype=np.int32) for g, ids in grams.items()}
         return self._grams
 
@@ -183,16 +187,18 @@ class ValueIndex:
         postings = [grams[g] for g in _trigrams(span) if g in grams]
         if not postings:
             return []
-        counts = np.bincount(np.concatenate(postings))
+        first = bisect.bisect_left(self._lengths, 0.75 * len(span))
+        end = bisect.bisect_right(self._lengths, 1.34 * len(span))
+        hits = np.concatenate(postings)
+        hits = hits[(hits >= first) & (hits < end)]
+        if not hits.size:
+            return []
+        counts = np.bincount(hits - first)
         # A typo changes at most ~3 trigrams of a word; fewer shared ones cannot reach TYPO_RATIO.
         need = max(1, len(span) - 2 - 3 * max(1, len(span) // 8))
-        lo, hi = 0.75 * len(span), 1.34 * len(span)
-        # Lengths are compared only for the few rows sharing enough trigrams, not for every row.
         ok = np.flatnonzero(counts >= need)
-        lengths = self._lengths[ok]
-        ok = ok[(lengths >= lo) & (lengths <= hi)]
-        best = ok[np.lexsort((ok, -counts[ok]))][:MAX_CANDIDATES]  # most shared, then by row
-        return [self._rows[i] for i in best]
+        best = ok[np.lexsort((self._ranks[ok + first], -counts[ok]))][:MAX_CANDIDATES]  # most shared, then by row id
+        return [self._rows[first + i] for i in best]
 
     def stored_fingerprint(self, kind: str) -> str | None:
         if not self.path.is_file():
