@@ -11,6 +11,7 @@ import contextlib
 import copy
 import os
 import threading
+import warnings
 from typing import Any
 
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
@@ -21,6 +22,7 @@ BATCH_SIZE = 16  # short documents: small batches pad less
 
 _model = None
 _query_transformer = None  # the transformer module in bfloat16, for questions (see embed_query)
+_frozen_query_model = None  # its model traced and frozen, once a process asks (freeze_query_embedder)
 _lock = threading.Lock()
 _torch_lock = threading.RLock()  # around every forward pass: a question may switch torch's thread count
 #: How many texts this process has embedded; tests use it to prove a rebuild embedded nothing.
@@ -90,23 +92,100 @@ def _torch_threads(threads: int):
 
 
 def _embed_query(text: str, precision: str):
-    global embedded_count, _query_transformer
+    global embedded_count
     if precision == "float32":
         return _embed([text])[0]
     import torch
 
     model = load_model()
-    with _lock:
-        if _query_transformer is None:
-            _query_transformer = copy.deepcopy(model[0]).to(torch.bfloat16)
+    transformer = _bfloat16_transformer()
     embedded_count += 1
     features = model.preprocess([text])
     with torch.inference_mode():
-        features = _query_transformer(features)
-        features["token_embeddings"] = features["token_embeddings"].float()
+        if _frozen_query_model is not None:
+            features["token_embeddings"] = _frozen_query_model(*(features[k] for k in _MODEL_INPUTS)).float()
+        else:
+            features = transformer(features)
+            features["token_embeddings"] = features["token_embeddings"].float()
         for module in list(model)[1:]:  # pooling and normalization, as the model declares them
             features = module(features)
     return features["sentence_embedding"][0].numpy()
+
+
+def _bfloat16_transformer():
+    global _query_transformer
+    import torch
+
+    model = load_model()  # outside the lock, which loading takes
+    with _lock:
+        if _query_transformer is None:
+            _query_transformer = copy.deepcopy(model[0]).to(torch.bfloat16)
+    return _query_transformer
+
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# Texts of other lengths than the one traced: a trace that baked in its example's length fails them.
+_FREEZE_CHECKS = ("How many?", "Which schools in Alameda County opened after 1990, and what is the average "
+                  "SAT math score of their students in the 2014 tests, ranked by enrollment?")
+
+
+@contextlib.contextmanager
+def _transformers_quiet():
+    """transformers logs what tracing reads of its models (an unset ``loss_type``...): nothing for a user."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+def freeze_query_embedder() -> bool:
+    """Trace and freeze the bfloat16 question model, for a process about to embed many questions.
+
+    Frozen, the model runs as one graph with its weights as constants: about 2 ms less per question
+    (6.3 against 8.5 ms on one thread), for about 0.3 s once, which only a process that embeds more
+    than a hundred or so questions earns back (``Retriever.warm`` calls it). The trace is checked
+    against the eager model on texts of other lengths; a trace that disagrees, or fails on another
+    torch or transformers, is dropped and questions stay eager. Returns whether it is in use."""
+    global _frozen_query_model
+    import torch
+
+    with _torch_lock:
+        if _frozen_query_model is not None:
+            return True
+        model, transformer = load_model(), _bfloat16_transformer()
+
+        class _Tokens(torch.nn.Module):  # positional inputs and a tensor out, as tracing needs
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                                  token_type_ids=token_type_ids, return_dict=False)[0]
+
+        try:
+            example = model.preprocess([_FREEZE_CHECKS[1]])
+            # torch.jit is deprecated for torch.compile, which needs a C++ toolchain and minutes of
+            # compiling; tracing still works on the pinned torch, and its warnings are expected.
+            with warnings.catch_warnings(), _transformers_quiet(), torch.inference_mode():
+                warnings.simplefilter("ignore")
+                frozen = torch.jit.freeze(torch.jit.trace(
+                    _Tokens(transformer.auto_model).eval(), tuple(example[k] for k in _MODEL_INPUTS),
+                    check_trace=False).eval())
+                for text in _FREEZE_CHECKS:
+                    features = model.preprocess([text])
+                    eager = transformer(dict(features))["token_embeddings"]
+                    traced = frozen(*(features[k] for k in _MODEL_INPUTS))
+                    if traced.shape != eager.shape or not torch.allclose(traced.float(), eager.float(), atol=0.05):
+                        return False
+        except Exception:  # noqa: BLE001 - any failure leaves the eager model, which is always right
+            return False
+        _frozen_query_model = frozen
+        return True
 
 
 @register_embedding_function

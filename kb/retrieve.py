@@ -599,11 +599,16 @@ class Retriever:
         return self._trim(pruned, budget) if budget else pruned
 
     def warm(self) -> None:
-        """Load now what the first questions would otherwise load one by one: the question embedder,
-        the value index's trigrams and every collection's embeddings (bench/retrieval_scale.py
-        warms before timing). The chat and eval stay lazy: the chat reopens its retriever after
-        each enrichment, and warming costs 23-25 s at 879 tables; a small KB reads little either way."""
+        """Load now what the first questions would otherwise load one by one: the question embedder
+        (frozen, in bfloat16: ``kb.embedding.freeze_query_embedder``), the value index's trigrams
+        and every collection's embeddings (bench/retrieval_scale.py warms before timing). The chat
+        and eval stay lazy: the chat reopens its retriever after each enrichment, and warming costs
+        23-25 s at 879 tables; a small KB reads little either way."""
         self._embed("warm")
+        if self.settings.query_embedding_precision == "bfloat16":
+            from reflect_sql.kb.embedding import freeze_query_embedder
+
+            freeze_query_embedder()
         self.values.warm()
         self.store.preload()
         self.passes_whole_database()

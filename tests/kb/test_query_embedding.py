@@ -144,3 +144,55 @@ def test_the_bench_compares_thread_counts(benchmarks_dir):
 def test_the_bench_refuses_equal_thread_counts(benchmarks_dir):
     proc = _bench("--threads", "2", "2", "--root", str(benchmarks_dir))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--threads" in proc.stderr
+
+
+def test_a_frozen_question_model_gives_the_eager_vectors(monkeypatch):
+    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+    texts = ["Why?", *QUESTIONS, " ".join(QUESTIONS * 12)]  # one word to past the model's 256 tokens
+    eager = [embedding.embed_query(t, "bfloat16") for t in texts]
+    assert embedding.freeze_query_embedder() is True
+    assert embedding.freeze_query_embedder() is True  # once per process
+    transformer = embedding._bfloat16_transformer()
+    # The eager transformer is no longer asked: every vector below comes from the frozen graph.
+    monkeypatch.setattr(transformer, "forward", lambda *a, **k: pytest.fail("the eager model ran"))
+    for text, before in zip(texts, eager):
+        frozen = embedding.embed_query(text, "bfloat16")
+        assert frozen.shape == before.shape and float(frozen @ before) > 0.99999
+    assert np.array_equal(embedding.embed_query(QUESTIONS[0], "float32"), embedding.embed([QUESTIONS[0]])[0])
+
+
+def test_a_trace_that_disagrees_with_the_eager_model_is_dropped(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+    real = torch.jit.freeze
+    # A trace that baked in its example's length answers other lengths with that many tokens.
+    monkeypatch.setattr(torch.jit, "freeze", lambda module: (lambda frozen: lambda *inputs: frozen(
+        *(x[:, :1] for x in inputs)))(real(module)))
+    assert embedding.freeze_query_embedder() is False
+    assert embedding._frozen_query_model is None
+    vector = embedding.embed_query(QUESTIONS[1], "bfloat16")
+    assert float(vector @ embedding.embed([QUESTIONS[1]])[0]) > 0.9999
+
+
+def test_a_trace_that_fails_leaves_the_eager_model(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+    monkeypatch.setattr(torch.jit, "trace", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no tracing here")))
+    assert embedding.freeze_query_embedder() is False
+    assert float(embedding.embed_query(QUESTIONS[0], "bfloat16") @ embedding.embed([QUESTIONS[0]])[0]) > 0.9999
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float32"])
+def test_warming_a_retriever_freezes_the_bfloat16_question_model_only(school_db, tmp_path, monkeypatch, precision):
+    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+    settings = Settings(context_budget_tokens=0, query_embedding_precision=precision)
+    build_kb(str(school_db), tmp_path / "kb", settings)
+    retriever = Retriever(tmp_path / "kb", settings)
+    try:
+        retriever.warm()
+        assert (embedding._frozen_query_model is not None) == (precision == "bfloat16")
+        assert {"student", "course"} <= set(retriever.retrieve("Which students take thermodynamics?").tables)
+    finally:
+        retriever.close()
