@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import heapq
 import itertools
 import re
@@ -235,7 +236,7 @@ class _Evidence:
     column absent from every map has no evidence (``NO_EVIDENCE``)."""
 
     question: _Question
-    retriever: "Retriever"
+    specific: Callable[[_ColumnName], float]  # the retriever's specificity of a name for this question
     names: set[_ColumnName]  # the column names the question's words or identifiers matched
     holding: dict[str, set[str]]  # table -> its columns holding a value the question mentions
     value_of: dict[tuple[str, str], float]  # (table, column), lower-case -> value match
@@ -249,8 +250,7 @@ class _Evidence:
     def of(self, table: TableEntry) -> dict[str, tuple[float, float, float]]:
         """(name coverage, specificity, value match) of each of ``table``'s columns with evidence."""
         q, lower = self.question, table.name.lower()
-        return {c.name: (q.name_coverage(c.name, c.natural_name),
-                         self.retriever._specific(q, (c.name, c.natural_name)),
+        return {c.name: (q.name_coverage(c.name, c.natural_name), self.specific((c.name, c.natural_name)),
                          self.value_of.get((lower, c.name.lower()), 0.0))
                 for c in table.columns if self.has(table.name, c)}
 
@@ -378,7 +378,7 @@ class Retriever:
                 product = q.name_coverage(*name) * self._specific(q, name)
                 if product > best_name.get(entry.name, 0.0):
                     best_name[entry.name] = product
-        evidence = _Evidence(q, self, names, holding, value_of, named, best_name, {})
+        evidence = _Evidence(q, functools.partial(self._specific, q), names, holding, value_of, named, best_name, {})
         for (table, column), score in value_of.items():
             for entry in self._tables_by_lower.get(table, ()):
                 if any(c.name.lower() == column and evidence.has(entry.name, c) for c in entry.columns):
