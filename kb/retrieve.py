@@ -101,8 +101,8 @@ _QUALIFIED = re.compile(r'(?<![\w.@])["`\[]?([A-Za-z_][A-Za-z0-9_]*)["`\]]?\.["`
 _LITERAL = re.compile(r"(?<!\w)'[^']*'(?!\w)")
 
 
-# Names repeat across tables and questions ("name", "id", ...), and every question scores every
-# column: splitting each name once keeps retrieval cheap on schemas of thousands of columns.
+# Names repeat across tables and questions ("name", "id", ...), and a question scores hundreds of
+# them: splitting each name once keeps retrieval cheap on schemas of thousands of columns.
 _NAME_CACHE = 1 << 17
 
 
@@ -173,7 +173,7 @@ class _Question:
             stem(w) for w in folded if len(stem(w)) >= 4 and w not in STOPWORDS}
         self.identifiers = {m.lower() for m in _IDENT.findall(text)}
         self.folded = " " + " ".join(stem(w) for w in fold(text).split()) + " "
-        # One question scores every column, and names share their words: each is matched once.
+        # One question scores many names, and names share their words: each is matched once.
         self._token_matches: dict[str, float] = {}
         self._coverages: dict[tuple[str, str], float] = {}
         self.specificity: dict[tuple[str, str], float] = {}  # filled by the retriever, per name
@@ -305,6 +305,7 @@ class Retriever:
         for t in self.kb.tables:
             self._tables_by_lower.setdefault(t.name.lower(), []).append(t)
         self._table_by_lower = {lower: tables[-1] for lower, tables in self._tables_by_lower.items()}
+        self._table_by_name = {t.name: t for t in self.kb.tables}  # exact: "Orders" is not "orders"
         self._tables_of_token: dict[str, list[TableEntry]] = {}
         for t in self.kb.tables:
             for token in set(_tokens(t.name) + _natural_tokens(t.natural_name)):
@@ -324,8 +325,8 @@ class Retriever:
 
     def _specific(self, q: "_Question", name: "_ColumnName") -> float:
         """1 / (tables sharing the words the question matched in this column name), averaged."""
-        # Every table holding a column of this name is in the denominators: the table itself
-        # changes nothing, so one score per name serves the hundreds of "name" columns.
+        # Every table holding a column of this name is in the denominators, so the score depends
+        # on the name alone: one score serves the hundreds of "name" columns of a large schema.
         found = q.specificity.get(name)
         if found is None:
             found = q.specificity[name] = self._specificity(q, *name)
@@ -546,7 +547,7 @@ class Retriever:
         named = evidence.named
         touched = named.keys() | evidence.best_name.keys() | evidence.best_value.keys() | {
             t.name for lower in example_tables for t in self._tables_by_lower.get(lower, ())}
-        # A threshold of 0 admits every table, whatever its evidence.
+        # A strength threshold of 0 is met by every table of the top k, evidence or not.
         every_table_strong = min(w.strong_table_name, w.strong_column_name, w.strong_value) <= 0
         strong = set(scores) if every_table_strong else set()
         for name in touched:
@@ -600,10 +601,10 @@ class Retriever:
 
     def warm(self) -> None:
         """Load now what the first questions would otherwise load one by one: the question embedder
-        (frozen, in bfloat16: ``kb.embedding.freeze_query_embedder``), the value index's trigrams
-        and every collection's embeddings (bench/retrieval_scale.py warms before timing). The chat
-        and eval stay lazy: the chat reopens its retriever after each enrichment, and warming costs
-        23-25 s at 879 tables; a small KB reads little either way."""
+        (frozen in bfloat16, for the whole process: ``kb.embedding.freeze_query_embedder``), the
+        value index's trigrams and every collection's embeddings (bench/retrieval_scale.py warms
+        before timing). The chat and eval stay lazy: the chat reopens its retriever after each
+        enrichment, and warming costs 23-25 s at 879 tables; a small KB reads little either way."""
         self._embed("warm")
         if self.settings.query_embedding_precision == "bfloat16":
             from reflect_sql.kb.embedding import freeze_query_embedder
@@ -661,7 +662,7 @@ class Retriever:
         joins, join_keys, references = self._joins(set(selected))
         entries = []
         for name in selected:
-            table = self.kb.table(name)
+            table = self._table_by_name[name]
             sims = column_similarities(table.name)
             found = evidence.of(table) if evidence is not None else {}
             label = self._label_column(table) if evidence is not None and evidence.named.get(name, 0.0) >= 0.99 else None

@@ -149,8 +149,7 @@ class ValueIndex:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        self._grams = None
-        self._rows = []
+        self._forget_trigrams()
 
     def warm(self) -> None:
         """Open the index and build its trigrams now rather than at the first question."""
@@ -160,12 +159,16 @@ class ValueIndex:
             self._connect()
             self._trigram_index()
 
+    def _forget_trigrams(self) -> None:
+        self._grams, self._rows, self._lengths = None, [], []
+        self._ranks = np.zeros(0, dtype=np.int32)
+
     def _trigram_index(self) -> dict[str, np.ndarray]:
         """trigram -> positions (in ``self._rows``) of the values holding it, built on first use.
 
-        Rows are ordered by length, so the values of a length comparable to a span are one slice
-        of every posting list: a span counts shared trigrams only there, not over every value.
-        numpy counts in C, which keeps a value index of 100,000 values fast."""
+        Rows are ordered by length, so the values of a length comparable to a span are one range
+        of positions: a span counts shared trigrams only there, not over every value. numpy
+        filters and counts in C, which keeps a value index of 100,000 values fast."""
         if self._grams is None:
             by_id = [row for row in self._connect().execute("SELECT tbl, col, value, norm, alias FROM vals ORDER BY id")
                      if len(row[3]) <= MAX_VALUE_CHARS]
@@ -235,7 +238,7 @@ class ValueIndex:
         if fp == self.stored_fingerprint(kind):
             return False
         conn = self._connect()
-        self._grams, self._rows = None, []
+        self._forget_trigrams()
         with conn:
             conn.execute(f"DELETE FROM vals WHERE alias IS {'NULL' if kind == 'values' else 'NOT NULL'}")
             conn.executemany(

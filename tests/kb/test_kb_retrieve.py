@@ -113,3 +113,42 @@ def test_retrieval_weights_come_from_a_config_and_change_what_is_retrieved(super
         wide.close()
         narrow.close()
         any_strong.close()
+
+
+def test_tables_whose_names_differ_only_in_case_keep_their_own_columns(pg_url, pg_reader, tmp_path, settings):
+    """PostgreSQL may hold "Orders" and orders both: each selected table shows its own columns and
+    its own evidence, not those of the first table its name matches case-insensitively."""
+    import os
+
+    import psycopg
+    from psycopg import sql
+
+    from reflect_sql.db.loader import schema_url
+
+    schema = f"test_{os.getpid()}_case_twins"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        admin.execute(sql.SQL('CREATE TABLE {}."Orders" (id int PRIMARY KEY, status text, placed_on date)').format(
+            sql.Identifier(schema)))
+        admin.execute(sql.SQL("CREATE TABLE {}.orders (id int PRIMARY KEY, status text, courier text)").format(
+            sql.Identifier(schema)))
+        admin.execute(sql.SQL("""INSERT INTO {}."Orders" VALUES (1, 'open', '2024-01-02')""").format(sql.Identifier(schema)))
+        admin.execute(sql.SQL("INSERT INTO {}.orders VALUES (1, 'shipped', 'DHL'), (2, 'returned', 'UPS')").format(
+            sql.Identifier(schema)))
+    try:
+        build_kb(pg_reader(schema_url(pg_url, schema)), tmp_path / "kb", settings)
+        retriever = Retriever(tmp_path / "kb", settings.model_copy(update={"context_budget_tokens": 0}))
+        try:
+            context = retriever.retrieve("Which orders were shipped?", k=2, m=4)
+        finally:
+            retriever.close()
+        by_name = {t.name: t for t in context.entries}
+        assert set(by_name) == {"Orders", "orders"}
+        assert {c.name for c in by_name["orders"].columns} <= {"id", "status", "courier"}
+        assert {c.name for c in by_name["Orders"].columns} <= {"id", "status", "placed_on"}
+        shipped = next(c for c in by_name["orders"].columns if c.name == "status")
+        assert "value" in shipped.why  # 'shipped' is a value of orders.status, not of "Orders".status
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -10,6 +10,14 @@ from reflect_sql.kb.build import build_kb
 from reflect_sql.kb.retrieve import Retriever
 from reflect_sql.settings import Settings, SettingsError
 
+@pytest.fixture(autouse=True)
+def eager_question_model(monkeypatch):
+    """Each test starts with the eager bfloat16 model: a warmed retriever elsewhere in the session
+    freezes it for the whole process."""
+    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+    monkeypatch.setattr(embedding, "_freeze_failure", None)
+
+
 QUESTIONS = [
     "Which students take thermodynamics?",
     "What is the average grade of the students from Warsaw in courses worth more than 4 credits?",
@@ -147,11 +155,11 @@ def test_the_bench_refuses_equal_thread_counts(benchmarks_dir):
 
 
 def test_a_frozen_question_model_gives_the_eager_vectors(monkeypatch):
-    monkeypatch.setattr(embedding, "_frozen_query_model", None)
-    texts = ["Why?", *QUESTIONS, " ".join(QUESTIONS * 12)]  # one word to past the model's 256 tokens
+    texts = ["Why?", *QUESTIONS, " ".join(QUESTIONS * 12)]  # from one word to past the model's 256 tokens
     eager = [embedding.embed_query(t, "bfloat16") for t in texts]
     assert embedding.freeze_query_embedder() is True
-    assert embedding.freeze_query_embedder() is True  # once per process
+    frozen_model = embedding._frozen_query_model
+    assert embedding.freeze_query_embedder() is True and embedding._frozen_query_model is frozen_model  # once
     transformer = embedding._bfloat16_transformer()
     # The eager transformer is no longer asked: every vector below comes from the frozen graph.
     monkeypatch.setattr(transformer, "forward", lambda *a, **k: pytest.fail("the eager model ran"))
@@ -161,32 +169,41 @@ def test_a_frozen_question_model_gives_the_eager_vectors(monkeypatch):
     assert np.array_equal(embedding.embed_query(QUESTIONS[0], "float32"), embedding.embed([QUESTIONS[0]])[0])
 
 
-def test_a_trace_that_disagrees_with_the_eager_model_is_dropped(monkeypatch):
+def _counting_traces(monkeypatch, trace):
     import torch
 
-    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+    traced = []
+    monkeypatch.setattr(torch.jit, "trace", lambda *a, **k: traced.append(1) or trace(*a, **k))
+    return traced
+
+
+def test_a_trace_that_disagrees_with_the_eager_model_is_dropped_once(monkeypatch, caplog):
+    import torch
+
     real = torch.jit.freeze
-    # A trace that baked in its example's length answers other lengths with that many tokens.
+    # A trace that baked in its example's length: here, it reads only the first token of any text.
     monkeypatch.setattr(torch.jit, "freeze", lambda module: (lambda frozen: lambda *inputs: frozen(
         *(x[:, :1] for x in inputs)))(real(module)))
+    traced = _counting_traces(monkeypatch, torch.jit.trace)
     assert embedding.freeze_query_embedder() is False
-    assert embedding._frozen_query_model is None
+    assert embedding._frozen_query_model is None and "not the eager model's" in caplog.text
+    assert embedding.freeze_query_embedder() is False and traced == [1]  # not traced again
     vector = embedding.embed_query(QUESTIONS[1], "bfloat16")
     assert float(vector @ embedding.embed([QUESTIONS[1]])[0]) > 0.9999
 
 
-def test_a_trace_that_fails_leaves_the_eager_model(monkeypatch):
-    import torch
+def test_a_trace_that_fails_leaves_the_eager_model(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no tracing here")
 
-    monkeypatch.setattr(embedding, "_frozen_query_model", None)
-    monkeypatch.setattr(torch.jit, "trace", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no tracing here")))
+    _counting_traces(monkeypatch, broken)
     assert embedding.freeze_query_embedder() is False
+    assert caplog.text.count("no tracing here") == 1
     assert float(embedding.embed_query(QUESTIONS[0], "bfloat16") @ embedding.embed([QUESTIONS[0]])[0]) > 0.9999
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float32"])
-def test_warming_a_retriever_freezes_the_bfloat16_question_model_only(school_db, tmp_path, monkeypatch, precision):
-    monkeypatch.setattr(embedding, "_frozen_query_model", None)
+def test_warming_a_retriever_freezes_the_bfloat16_question_model_only(school_db, tmp_path, precision):
     settings = Settings(context_budget_tokens=0, query_embedding_precision=precision)
     build_kb(str(school_db), tmp_path / "kb", settings)
     retriever = Retriever(tmp_path / "kb", settings)
