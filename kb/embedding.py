@@ -154,6 +154,11 @@ def _transformers_quiet():
         hf_logging.set_verbosity(before)
 
 
+def frozen_in_use() -> bool:
+    """Whether bfloat16 questions run on the frozen model (``freeze_query_embedder``)."""
+    return _frozen_query_model is not None
+
+
 def freeze_query_embedder() -> bool:
     """Trace and freeze the bfloat16 question model, for a process about to embed many questions.
 

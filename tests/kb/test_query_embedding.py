@@ -209,7 +209,7 @@ def test_warming_a_retriever_freezes_the_bfloat16_question_model_only(school_db,
     retriever = Retriever(tmp_path / "kb", settings)
     try:
         retriever.warm()
-        assert (embedding._frozen_query_model is not None) == (precision == "bfloat16")
+        assert embedding.frozen_in_use() == (precision == "bfloat16")
         assert {"student", "course"} <= set(retriever.retrieve("Which students take thermodynamics?").tables)
     finally:
         retriever.close()

@@ -32,6 +32,7 @@ def test_scale_bench_merges_renames_and_measures(benchmarks_dir, tmp_path):
     assert 0 < result["table_recall"] <= 1 and 0 < result["column_recall"] <= 1
     assert result["retrieval_ms"]["p50"] > 0 and result["build_fresh"] and result["build_peak_rss_mib"] > 0
     assert result["warm_seconds"] > 0  # the retriever was warmed before timing
+    assert result["question_model_frozen"] is True  # by the warm-up, in the default bfloat16
     merged = tmp_path / "450-0" / "merged.sqlite"
     with sqlite3.connect(merged) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
