@@ -277,11 +277,9 @@ class Retriever:
         self._names_of_token: dict[str, list[_ColumnName]] = {}
         self._names_of_lower: dict[str, list[_ColumnName]] = {}
         self._tables_of_name: dict[_ColumnName, list[str]] = {}
-        self._columns_of_name: dict[str, list[tuple[TableEntry, ColumnEntry]]] = {}
         for t in self.kb.tables:
             for c in t.columns:
                 self._name_tables.setdefault(c.name.lower(), set()).add(t.name)
-                self._columns_of_name.setdefault(c.name.lower(), []).append((t, c))
                 for word in _name_words(c.name, c.natural_name):
                     self._word_tables.setdefault(word, set()).add(t.name)
                 key = (c.name, c.natural_name)
@@ -298,7 +296,6 @@ class Retriever:
             if len(s) >= 5:
                 self._tokens_of_prefix.setdefault(s[:5], []).append(token)
         self._compound_tokens = [t for t in self._names_of_token if len(t) >= 7]
-        self._table_order = [t.name for t in self.kb.tables]
         # Lists: PostgreSQL may hold "Orders" and "orders" both. Where one table must answer, the
         # last of them does, as a dict built over the tables would.
         self._tables_by_lower: dict[str, list[TableEntry]] = {}
@@ -411,7 +408,7 @@ class Retriever:
         for ident in {m.lower() for m in _IDENT.findall(text) if "_" in m.strip("_")}:
             if ident in by_name:
                 found.add(by_name[ident].name)
-            owners = {t.name for t, _ in self._columns_of_name.get(ident, ())}
+            owners = self._name_tables.get(ident, set())
             if len(owners) == 1:
                 found |= owners
         return found
@@ -543,7 +540,7 @@ class Retriever:
         table_sim = self._similarities(GLOBAL, vectors)
         # Most tables of a large schema have nothing of theirs in the question: their score is
         # their similarity, and only the few the evidence touches are scored further.
-        scores = {name: table_sim.get(name, 0.0) for name in self._table_order}
+        scores = {name: table_sim.get(name, 0.0) for name in self._table_by_name}
         named = evidence.named
         touched = named.keys() | evidence.best_name.keys() | evidence.best_value.keys() | {
             t.name for lower in example_tables for t in self._tables_by_lower.get(lower, ())}

@@ -124,10 +124,7 @@ class ValueIndex:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
-        self._grams: dict[str, np.ndarray] | None = None
-        self._rows: list[tuple[str, str, str, str, str | None]] = []  # by length, then row id
-        self._lengths: list[int] = []  # of each of self._rows' folded values: ascending
-        self._ranks = np.zeros(0, dtype=np.int32)  # of each of self._rows in row-id order
+        self._forget_trigrams()
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -160,8 +157,10 @@ class ValueIndex:
             self._trigram_index()
 
     def _forget_trigrams(self) -> None:
-        self._grams, self._rows, self._lengths = None, [], []
-        self._ranks = np.zeros(0, dtype=np.int32)
+        self._grams: dict[str, np.ndarray] | None = None  # built on first use (_trigram_index)
+        self._rows: list[tuple[str, str, str, str, str | None]] = []  # by length, then row id
+        self._lengths: list[int] = []  # of each of self._rows' folded values: ascending
+        self._ranks = np.zeros(0, dtype=np.int32)  # of each of self._rows in row-id order
 
     def _trigram_index(self) -> dict[str, np.ndarray]:
         """trigram -> positions (in ``self._rows``) of the values holding it, built on first use.
