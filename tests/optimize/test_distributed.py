@@ -73,6 +73,9 @@ def test_two_workers_share_one_study_and_a_killed_workers_trial_is_retried(tmp_p
     second = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed_as = f"{socket.gethostname()}:{first.pid}"
     sqlalchemy_url = storage.replace("postgresql://", "postgresql+psycopg://", 1)
+    # One storage for the whole poll: a storage opened per poll keeps its own connection pool until
+    # collected, and 20 polls a second filled the server's max_connections in CI.
+    poll_storage = None
     try:
         # The first worker is killed in the middle of a trial: after its first question, before its last.
         victim = None
@@ -80,7 +83,8 @@ def test_two_workers_share_one_study_and_a_killed_workers_trial_is_retried(tmp_p
         while victim is None and time.monotonic() < deadline and first.poll() is None:
             time.sleep(0.05)
             try:
-                study = optuna.load_study(study_name="shared", storage=sqlalchemy_url)
+                poll_storage = poll_storage or optuna.storages.RDBStorage(sqlalchemy_url)
+                study = optuna.load_study(study_name="shared", storage=poll_storage)
             except KeyError:  # not created yet
                 continue
             except optuna.exceptions.StorageInternalError:
@@ -102,6 +106,8 @@ def test_two_workers_share_one_study_and_a_killed_workers_trial_is_retried(tmp_p
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if poll_storage is not None:
+            poll_storage.engine.dispose()
 
     study = optuna.load_study(study_name="shared", storage=sqlalchemy_url)
     trials = study.get_trials()
