@@ -11,7 +11,8 @@ Runs go through the evaluation runner into ``--out``, one folder per variant, so
 command resumes where it stopped. ``--oracle`` answers with the zero-latency oracle LM instead of
 the model (the tests use it; the figures are then meaningless).
 
-Run: ``python bench/pipeline_speed.py --json [--questions 10] [--lm local/qwen2.5-coder-0.5b] [--out DIR]``
+Run: ``python bench/pipeline_speed.py --json [--questions 10] [--lm local/qwen2.5-coder-0.5b] [--out DIR]
+[--layouts dspy] [--set adapter=json]``
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from reflect_sql.errors import UserError  # noqa: E402
 from reflect_sql.experiments.config import load_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = (("single-pass", "dspy"), ("single-pass", "shared_head"), ("reflect", "dspy"), ("reflect", "shared_head"))
+LAYOUTS = ("dspy", "shared_head")
+MODES = ("single-pass", "reflect")
 TARGET_RATIO = 3.0
 
 
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lm", default="local/qwen2.5-coder-0.5b")
     add_set_arg(parser, "override a setting of every variant")
     add_out_arg(parser, "keep (and resume) the runs here (default: a temp dir, removed)")
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS),
+                        help="the prompt layouts to compare (default: both)")
     parser.add_argument("--oracle", action="store_true", help="the zero-latency oracle LM instead of the model")
     add_json_arg(parser)
     args = parser.parse_args(argv)
@@ -98,14 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         try:
-            runs = {variant_name(m, lay): per_question(run_variant(m, lay, args, out)) for m, lay in VARIANTS}
+            runs = {variant_name(m, lay): per_question(run_variant(m, lay, args, out))
+                    for m in MODES for lay in LAYOUTS if lay in args.layouts}
         except UserError as exc:
             print(f"pipeline_speed: {exc}", file=sys.stderr)
             return 2
     result: dict = {"lm": args.lm, "questions": args.questions, "seed": args.seed, "oracle": args.oracle,
                     "variants": {name: {"totals": totals(rows), "per_question": rows} for name, rows in runs.items()},
                     "layouts": {}}
-    for layout in ("dspy", "shared_head"):
+    for layout in (lay for lay in LAYOUTS if lay in args.layouts):
         single, full = result["variants"][f"single-{layout}"]["totals"], result["variants"][f"full-{layout}"]["totals"]
         ratio = full["seconds_per_question"] / single["seconds_per_question"] if single["seconds_per_question"] else None
         result["layouts"][layout] = {

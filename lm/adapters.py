@@ -94,8 +94,11 @@ class SharedHeadJSONAdapter(SharedHeadLayout, dspy.JSONAdapter):
 
 
 def make_adapter(settings) -> dspy.ChatAdapter:
-    """The adapter for ``settings``: its prompt layout and its JSON fallback policy."""
-    cls = SharedHeadChatAdapter if settings.prompt_layout == "shared_head" else CountingChatAdapter
+    """The adapter for ``settings``: its format, its prompt layout and its JSON fallback policy."""
+    shared = settings.prompt_layout == "shared_head"
+    if settings.adapter == "json":
+        return SharedHeadJSONAdapter() if shared else dspy.JSONAdapter()
+    cls = SharedHeadChatAdapter if shared else CountingChatAdapter
     return cls(use_json_adapter_fallback=settings.json_adapter_fallback)
 
 

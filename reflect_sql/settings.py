@@ -193,6 +193,10 @@ class Settings(BaseModel):
     lm_record_dir: Path | None = Field(None, description="Record every LM call (request hash -> response) into this cassette dir.")
     lm_replay_dir: Path | None = Field(None, description="Serve LM calls only from this cassette dir; a missing call is an error.")
     json_adapter_fallback: bool = Field(True, description="Retry an unparsable ChatAdapter reply with JSONAdapter (one more LM call).")
+    adapter: Literal["chat", "json"] = Field(
+        "chat", description="How every predictor asks for its fields: chat, DSPy's ChatAdapter ([[ ## field ## ]] "
+        "sections); json, DSPy's JSONAdapter, whose reply an LM with structured outputs (the embedded engine) is "
+        "constrained to by the signature's JSON schema, so it always parses.")
     # dspy by default: measured with the 0.5B (experiments/results/pipeline_speed.md), the shared head
     # computed no fewer prompt tokens per call and broke ChatAdapter's format more often.
     prompt_layout: Literal["shared_head", "dspy"] = Field(

@@ -36,3 +36,18 @@ def test_pipeline_speed_bench_json_and_resume(benchmarks_dir, tmp_path):
     for name in result["variants"]:
         lines = (tmp_path / "runs" / name / "results.jsonl").read_text().splitlines()
         assert len(lines) == 2
+
+
+@pytest.mark.slow
+def test_pipeline_speed_bench_one_layout_with_the_json_adapter(benchmarks_dir, tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "pipeline_speed.py"), "--oracle", "--json", "--questions", "2",
+               "--root", str(benchmarks_dir), "--out", str(tmp_path / "runs"), "--layouts", "dspy",
+               "--set", "adapter=json"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert set(result["variants"]) == {"single-dspy", "full-dspy"} and set(result["layouts"]) == {"dspy"}
+    assert result["variants"]["full-dspy"]["totals"]["ex"] == 100.0
+    assert not (tmp_path / "runs" / "full-shared_head").exists()
+    run = json.loads((tmp_path / "runs" / "full-dspy" / "run.json").read_text())
+    assert '"adapter": "json"' in json.dumps(run, sort_keys=True)

@@ -98,3 +98,33 @@ def test_a_scripted_lm_reads_inputs_in_either_layout():
         assert name == "GenerateSQL"
         assert seen["question"] == HEAD["question"] and seen["schema_context"] == HEAD["schema_context"]
         assert seen["dialect"] == "<dialect of GenerateSQL>"
+
+
+def test_settings_pick_json_as_the_first_adapter_in_either_layout():
+    assert type(make_adapter(Settings(adapter="json"))) is dspy.JSONAdapter
+    assert isinstance(make_adapter(Settings(adapter="json", prompt_layout="shared_head")), SharedHeadJSONAdapter)
+    assert isinstance(make_adapter(Settings(adapter="chat")), CountingChatAdapter)
+
+
+def test_a_judge_through_json_is_one_constrained_call_and_its_expected_scores_are_read():
+    from reflect_sql.lm.accounting import CostMeter
+    from reflect_sql.lm.scripted import Probabilities, ScriptedLM
+    from reflect_sql.programs.invoke import call_predictor, make_judge
+
+    class SchemaLM(ScriptedLM):
+        supports_response_schema = True  # as the embedded engine: replies constrained to a JSON schema
+
+    settings = Settings(adapter="json", judge_scores="expected")
+    reply = {"missing_aspects": [], "relevance": Probabilities({8: 0.5, 2: 0.5}),
+             "completeness": Probabilities({9: 1.0}),
+             "rewritten_question": "stores by region"}
+    lm = SchemaLM({"RetrievalJudge": reply})
+    judge = make_judge(RetrievalJudge, 128, settings)
+    with dspy.context(lm=lm, adapter=make_adapter(settings)), CostMeter() as meter:
+        call = call_predictor(judge, "retrieval.judge", **inputs_for(RetrievalJudge))
+    assert call.output is not None and meter.summary()["lm_calls"] == 1
+    assert meter.summary()["adapter_fallbacks"] == 0
+    [(name, _)] = lm.calls
+    assert name == "RetrievalJudge"
+    assert call.output.relevance == pytest.approx(5.0)  # 0.5 * 8 + 0.5 * 2, read from the JSON reply's tokens
+    assert call.output.completeness == 9
