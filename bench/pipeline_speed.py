@@ -98,19 +98,19 @@ def main(argv: list[str] | None = None) -> int:
     add_json_arg(parser)
     args = parser.parse_args(argv)
 
+    layouts = [lay for lay in LAYOUTS if lay in args.layouts]  # in LAYOUTS' order, each once
     with tempfile.TemporaryDirectory(prefix="pipeline-speed-") as tmp:
         out = Path(args.out) if args.out else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         try:
-            runs = {variant_name(m, lay): per_question(run_variant(m, lay, args, out))
-                    for m in MODES for lay in LAYOUTS if lay in args.layouts}
+            runs = {variant_name(m, lay): per_question(run_variant(m, lay, args, out)) for m in MODES for lay in layouts}
         except UserError as exc:
             print(f"pipeline_speed: {exc}", file=sys.stderr)
             return 2
     result: dict = {"lm": args.lm, "questions": args.questions, "seed": args.seed, "oracle": args.oracle,
                     "variants": {name: {"totals": totals(rows), "per_question": rows} for name, rows in runs.items()},
                     "layouts": {}}
-    for layout in (lay for lay in LAYOUTS if lay in args.layouts):
+    for layout in layouts:
         single, full = result["variants"][f"single-{layout}"]["totals"], result["variants"][f"full-{layout}"]["totals"]
         ratio = full["seconds_per_question"] / single["seconds_per_question"] if single["seconds_per_question"] else None
         result["layouts"][layout] = {

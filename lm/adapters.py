@@ -97,9 +97,13 @@ def make_adapter(settings) -> dspy.ChatAdapter:
     """The adapter for ``settings``: its format, its prompt layout and its JSON fallback policy."""
     shared = settings.prompt_layout == "shared_head"
     if settings.adapter == "json":
-        return SharedHeadJSONAdapter() if shared else dspy.JSONAdapter()
+        return _json_adapter(shared)
     cls = SharedHeadChatAdapter if shared else CountingChatAdapter
     return cls(use_json_adapter_fallback=settings.json_adapter_fallback)
+
+
+def _json_adapter(shared: bool) -> dspy.JSONAdapter:
+    return SharedHeadJSONAdapter() if shared else dspy.JSONAdapter()
 
 
 def other_adapter(adapter: Any) -> dspy.Adapter:
@@ -108,4 +112,4 @@ def other_adapter(adapter: Any) -> dspy.Adapter:
     shared = isinstance(adapter, SharedHeadLayout)
     if isinstance(adapter, dspy.JSONAdapter):
         return (SharedHeadChatAdapter if shared else CountingChatAdapter)(use_json_adapter_fallback=False)
-    return SharedHeadJSONAdapter() if shared else dspy.JSONAdapter()
+    return _json_adapter(shared)
