@@ -14,7 +14,13 @@
    them, so that the head is byte-identical across roles. A signature without any of the head
    fields (the column describer) is formatted as DSPy does.
 
-2. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
+2. **Bounded JSON replies.** Where a reply is constrained by the signature's JSON schema (the
+   embedded engine), DSPy's schema says only "integer" and "string": the 0.5B wrote E_data = 17,
+   a reply the judge then retried. Every JSON adapter here adds each score field's scale as its
+   minimum and maximum, and a rationale's length limit, so the engine's grammar cannot produce
+   either fault. The chat prompt is unchanged.
+
+3. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
    (one more LM call); each such fallback is reported to the open ``CostMeter``s, or turned off
    (setting ``json_adapter_fallback``). The fallback keeps the layout.
 """
@@ -26,6 +32,7 @@ from typing import Any
 import dspy
 
 from reflect_sql.lm.accounting import note_adapter_fallback
+from reflect_sql.signatures.scales import ONE_LINE, ONE_LINE_CHARS, Scale
 
 LAYOUTS = ("shared_head", "dspy")
 # The fields every per-question signature takes, in the order they open the prompt: question and
@@ -74,12 +81,52 @@ class SharedHeadLayout:
         return messages
 
 
+def bounds(signature) -> dict[str, dict[str, int]]:
+    """The JSON-schema bounds of ``signature``'s output fields: a score's scale, a rationale's length."""
+    out = {}
+    for name, field in signature.output_fields.items():
+        desc = (field.json_schema_extra or {}).get("desc", "")
+        if field.annotation is int and (scale := Scale.described_in(desc)) is not None:
+            out[name] = {"minimum": scale.low, "maximum": scale.high}
+        elif field.annotation is str and desc.startswith(ONE_LINE):
+            out[name] = {"maxLength": ONE_LINE_CHARS}
+    return out
+
+
+class BoundedJSON:
+    """Mixin over a JSONAdapter: the structured-output schema carries ``bounds`` (see module docstring)."""
+
+    def _prepare_response_format(self, lm, lm_kwargs, signature):
+        super()._prepare_response_format(lm, lm_kwargs, signature)
+        model = lm_kwargs.get("response_format")
+        limits = bounds(signature)
+        if not limits or not (isinstance(model, type) and hasattr(model, "model_json_schema")):
+            return  # no schema (plain JSON mode, or an LM without structured outputs): nothing to bound
+        schema = model.model_json_schema()
+        properties = schema.get("properties", {})
+        for name, limit in limits.items():
+            if name in properties:
+                properties[name] = {**properties[name], **limit}
+        # DSPy builds a fresh model per call and reads its schema through this method (as DSPy's own
+        # adapter does to make the schema strict), so the patch reaches the request and the cache key.
+        model.model_json_schema = lambda *args, **kwargs: schema
+
+
+class BoundedJSONAdapter(BoundedJSON, dspy.JSONAdapter):
+    pass
+
+
+class SharedHeadJSONAdapter(SharedHeadLayout, BoundedJSONAdapter):
+    pass
+
+
 class CountingChatAdapter(dspy.ChatAdapter):
     """ChatAdapter that reports each JSONAdapter fallback to the open cost meters."""
 
     def _make_json_adapter_fallback(self):
         note_adapter_fallback()
-        return super()._make_json_adapter_fallback()
+        return BoundedJSONAdapter(use_native_function_calling=self.use_native_function_calling,
+                                  parallel_tool_calls=self.parallel_tool_calls)
 
 
 class SharedHeadChatAdapter(SharedHeadLayout, CountingChatAdapter):
@@ -87,10 +134,6 @@ class SharedHeadChatAdapter(SharedHeadLayout, CountingChatAdapter):
         note_adapter_fallback()
         return SharedHeadJSONAdapter(use_native_function_calling=self.use_native_function_calling,
                                      parallel_tool_calls=self.parallel_tool_calls)
-
-
-class SharedHeadJSONAdapter(SharedHeadLayout, dspy.JSONAdapter):
-    pass
 
 
 def make_adapter(settings) -> dspy.ChatAdapter:
@@ -103,7 +146,7 @@ def make_adapter(settings) -> dspy.ChatAdapter:
 
 
 def _json_adapter(shared: bool) -> dspy.JSONAdapter:
-    return SharedHeadJSONAdapter() if shared else dspy.JSONAdapter()
+    return SharedHeadJSONAdapter() if shared else BoundedJSONAdapter()
 
 
 def other_adapter(adapter: Any) -> dspy.Adapter:

@@ -126,6 +126,7 @@ class ScriptedEngine:
         self.script = script
         self.calls: list[tuple[str, dict]] = []
         self.logprobs_asked: list[int | None] = []  # per call: the alternatives asked for, None when not asked
+        self.response_formats: list[Any] = []  # per call: the response_format asked for (None when not)
         self._lock = threading.Lock()
         self._position = 0
         self._per_signature: dict[str, int] = {}
@@ -174,6 +175,7 @@ class ScriptedEngine:
         with self._lock:
             self.calls.append((name, inputs))
             self.logprobs_asked.append(request.config.logprobs)
+            self.response_formats.append(request.config.response_format)
             # A callable script runs outside the lock: it may be slow or call other LMs.
             reply = None if callable(self.script) else self._next(name, inputs)
         if reply is None:

@@ -9,6 +9,7 @@ the reply as unparsable (``programs/judgment.py``).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -24,9 +25,19 @@ class Scale:
         middle = "; ".join(f"{k} = {v}" for k, v in sorted(anchors.items()) if k not in (self.low, self.high))
         return f"{label}: {ends}" + (f"; {middle}" if middle else "")
 
+    @classmethod
+    def described_in(cls, desc: str) -> "Scale | None":
+        """The scale ``describe`` wrote into a field's description, or None for any other field: how
+        an adapter finds a signature's score fields (to bound them in a JSON schema) from the one
+        place that writes them."""
+        found = _DESCRIBED.search(desc or "")
+        return cls(int(found.group(1)), int(found.group(2))) if found else None
+
     def contains(self, value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
 
+
+_DESCRIBED = re.compile(r"^\w+: an integer from (\d+) \(.*\) to (\d+) \(")
 
 SCALE_10 = Scale(1, 10)
 SCALE_5 = Scale(1, 5)
@@ -40,3 +51,10 @@ ENTAILMENT_SCALE = SCALE_5
 # The annotation of a score field; the range is checked on the parsed value (see module docstring).
 Score10 = int
 Score5 = int
+
+# A judge's rationale is one short line. Its field description opens with ONE_LINE, and where the
+# reply is constrained by a JSON schema (adapter: json, on the embedded engine) the string may hold
+# at most ONE_LINE_CHARS characters: a small model that repeats itself is cut there by the grammar
+# instead of spending its completion budget (the 0.5B's semantic judge reached 256 tokens).
+ONE_LINE = "One short line"
+ONE_LINE_CHARS = 160

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dspy
 
 from reflect_sql.signatures.question import AboutAQuestion
-from reflect_sql.signatures.scales import SEMANTIC_SCALE, Score10
+from reflect_sql.signatures.scales import ONE_LINE, SEMANTIC_SCALE, Score10
 
 
 class SemanticJudge(AboutAQuestion):
@@ -40,16 +40,16 @@ class SemanticJudge(AboutAQuestion):
     schema_context: str = dspy.InputField(desc="The relevant tables and columns.")
     sql: str = dspy.InputField(desc="The SQL query under review.")
 
-    column_rationale: str = dspy.OutputField(desc="One short line on column consistency.")
+    column_rationale: str = dspy.OutputField(desc=f"{ONE_LINE} on column consistency.")
     column_consistency: Score10 = dspy.OutputField(desc=SEMANTIC_SCALE.describe(
         "C", {1: "wrong columns", 5: "one column wrong or missing", 10: "exactly the asked columns"}))
-    granularity_rationale: str = dspy.OutputField(desc="One short line on granularity and aggregation.")
+    granularity_rationale: str = dspy.OutputField(desc=f"{ONE_LINE} on granularity and aggregation.")
     granularity: Score10 = dspy.OutputField(desc=SEMANTIC_SCALE.describe(
         "G", {1: "wrong level or aggregate", 5: "grouping or DISTINCT/LIMIT off", 10: "exactly the asked granularity"}))
-    join_rationale: str = dspy.OutputField(desc="One short line on the joins.")
+    join_rationale: str = dspy.OutputField(desc=f"{ONE_LINE} on the joins.")
     join_consistency: Score10 = dspy.OutputField(desc=SEMANTIC_SCALE.describe(
         "J", {1: "wrong or missing join keys", 5: "a spurious join", 10: "correct joins, or none needed"}))
-    logic_rationale: str = dspy.OutputField(desc="One short line on filters, arithmetic and conditions.")
+    logic_rationale: str = dspy.OutputField(desc=f"{ONE_LINE} on filters, arithmetic and conditions.")
     query_logic: Score10 = dspy.OutputField(desc=SEMANTIC_SCALE.describe(
         "Q", {1: "answers a different question", 5: "one condition wrong", 10: "all correct"}))
     diagnosis: str = dspy.OutputField(desc="The concrete problems and their fixes, or 'none'.")

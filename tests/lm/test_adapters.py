@@ -5,6 +5,7 @@ import dspy
 import pytest
 
 from reflect_sql.lm.adapters import (
+    BoundedJSONAdapter,
     HEAD_FIELDS,
     CountingChatAdapter,
     SharedHeadChatAdapter,
@@ -81,10 +82,11 @@ def test_settings_pick_the_layout_and_the_retry_adapter_keeps_it():
     assert type(plain) is CountingChatAdapter
     assert isinstance(other_adapter(SharedHeadChatAdapter()), SharedHeadJSONAdapter)
     assert isinstance(other_adapter(SharedHeadJSONAdapter()), SharedHeadChatAdapter)
-    assert type(other_adapter(plain)) is dspy.JSONAdapter
+    assert type(other_adapter(plain)) is BoundedJSONAdapter
     assert type(other_adapter(dspy.JSONAdapter())) is CountingChatAdapter
     fallback = SharedHeadChatAdapter()._make_json_adapter_fallback()
     assert isinstance(fallback, SharedHeadJSONAdapter)
+    assert type(CountingChatAdapter()._make_json_adapter_fallback()) is BoundedJSONAdapter
 
 
 def test_a_scripted_lm_reads_inputs_in_either_layout():
@@ -101,7 +103,7 @@ def test_a_scripted_lm_reads_inputs_in_either_layout():
 
 
 def test_settings_pick_json_as_the_first_adapter_in_either_layout():
-    assert type(make_adapter(Settings(adapter="json"))) is dspy.JSONAdapter
+    assert type(make_adapter(Settings(adapter="json"))) is BoundedJSONAdapter
     assert isinstance(make_adapter(Settings(adapter="json", prompt_layout="shared_head")), SharedHeadJSONAdapter)
     assert isinstance(make_adapter(Settings(adapter="chat")), CountingChatAdapter)
 
@@ -128,3 +130,43 @@ def test_a_judge_through_json_is_one_constrained_call_and_its_expected_scores_ar
     assert name == "RetrievalJudge"
     assert call.output.relevance == pytest.approx(5.0)  # 0.5 * 8 + 0.5 * 2, read from the JSON reply's tokens
     assert call.output.completeness == 9
+
+
+def _schema(response_format) -> dict:
+    """The JSON schema a request asked the engine for, whichever form DSPy handed it in."""
+    if isinstance(response_format, type):
+        return response_format.model_json_schema()
+    return response_format.get("schema") or response_format["json_schema"]["schema"]
+
+
+@pytest.mark.parametrize("layout", ["dspy", "shared_head"])
+def test_a_json_reply_is_bounded_to_each_score_scale_and_each_rationale_line(layout):
+    from reflect_sql.lm.scripted import ScriptedLM
+    from reflect_sql.signatures.scales import ONE_LINE_CHARS
+
+    class SchemaLM(ScriptedLM):
+        supports_response_schema = True
+
+    semantic = {"column_rationale": "ok", "column_consistency": 9, "granularity_rationale": "ok", "granularity": 9,
+                "join_rationale": "ok", "join_consistency": 9, "logic_rationale": "ok", "query_logic": 9,
+                "diagnosis": "none"}
+    lm = SchemaLM({"SemanticJudge": semantic, "EntailmentJudge": {"e_schema": 4, "e_data": 5, "diagnosis": "none"},
+                   "GenerateSQL": {"sql": "SELECT 1"}})
+    with dspy.context(lm=lm, adapter=make_adapter(Settings(adapter="json", prompt_layout=layout))):
+        for signature in (SemanticJudge, EntailmentJudge, GenerateSQL):
+            dspy.Predict(signature)(**inputs_for(signature))
+    semantic_schema, entailment_schema, generator_schema = (_schema(f)["properties"] for f in lm.engine_impl.response_formats)
+    assert semantic_schema["query_logic"]["minimum"] == 1 and semantic_schema["query_logic"]["maximum"] == 10
+    assert semantic_schema["join_rationale"]["maxLength"] == ONE_LINE_CHARS
+    assert "maxLength" not in semantic_schema["diagnosis"]  # the generator's feedback is not cut
+    assert (entailment_schema["e_data"]["minimum"], entailment_schema["e_data"]["maximum"]) == (1, 5)
+    assert generator_schema["sql"] == {"type": "string", "title": "Sql"}  # not a judge: nothing added
+
+
+def test_bounds_leave_the_chat_prompt_as_it_was():
+    # The limits live only in the JSON schema: ChatAdapter's prompt (the default path, and the shipped
+    # program's demos) is not touched by them.
+    messages = dspy.ChatAdapter().format(SemanticJudge, [], inputs_for(SemanticJudge))
+    text = prompt_text(messages)
+    assert "minimum" not in text and "maxLength" not in text and "Constraints" not in text
+    assert "`column_rationale` (str): One short line on column consistency." in text
