@@ -16,6 +16,9 @@ from reflect_sql.settings import Settings
 from reflect_sql.signatures.retrieval_judge import RetrievalJudge
 
 
+REUSED = "; same context as last judged: its verdict reused, no LM call"
+
+
 def retrieval_score(relevance: float, completeness: float, settings: Settings) -> float:
     """Score_r = alpha * R + (1 - alpha) * C."""
     return settings.alpha * relevance + (1 - settings.alpha) * completeness
@@ -49,6 +52,7 @@ class RetrievalLoop(Loop):
         s = self.settings
         iterations = s.max_retrieval_iterations if s.use_retrieval_loop else 1
         best: RetrievalOutcome | None = None
+        judged: tuple[str, Any] | None = None  # (the context rendered, the judge's call on it)
         for it in range(iterations):
             context = retrieve(self.handles.retriever, state.query, state.k, state.m, evidence, state.renderings)
             step = trace.add(TraceStep(
@@ -66,11 +70,19 @@ class RetrievalLoop(Loop):
                 step.decision = "accept: the whole database fits the context budget"
                 return outcome
 
-            call = call_predictor(
-                self.judge, "retrieval.judge", self.handles.judge_lm,
-                question=question, evidence=evidence or "", schema_context=context.render(), diagnosis=diagnosis or "",
-            )
-            step.cost, step.retry = call.cost, call.retried
+            rendered = context.render()
+            reused = judged is not None and judged[0] == rendered
+            if reused:
+                # Widening (or the rewrite) found nothing new: the judge would read the same prompt
+                # again and, at the same temperature, say the same. Its verdict stands, for free.
+                call = judged[1]
+            else:
+                call = call_predictor(
+                    self.judge, "retrieval.judge", self.handles.judge_lm,
+                    question=question, evidence=evidence or "", schema_context=rendered, diagnosis=diagnosis or "",
+                )
+                step.cost, step.retry = call.cost, call.retried
+                judged = (rendered, call)
             rewritten = ""
             if call.output is None:
                 step.failure = f"retrieval judge failed ({call.failure}); treated as insufficient"
@@ -89,7 +101,7 @@ class RetrievalLoop(Loop):
                 step.decision = "accept"
                 return outcome
             if it == iterations - 1:
-                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})"
+                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})" + REUSED * reused
                 return best
             if reads_as_sql(rewritten):
                 step.failure = "the judge's rewritten question was SQL, not a question: kept the query"
@@ -97,6 +109,6 @@ class RetrievalLoop(Loop):
             state.query = rewritten or state.query
             state.k += s.k_growth
             state.m += s.m_growth
-            step.decision = "rewrite and widen" if rewritten else "widen (query kept)"
+            step.decision = ("rewrite and widen" if rewritten else "widen (query kept)") + REUSED * reused
             step.rewrite = {"query": state.query, "k": state.k, "m": state.m}
         raise AssertionError("unreachable: the loop returns on its last iteration")

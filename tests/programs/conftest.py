@@ -117,10 +117,13 @@ class RecordingRetriever(SchemaRetriever):
     """The whole-schema retriever that remembers each request and can play a KB for enrichment.
 
     Its contexts say they were pruned, as a KB's over a schema beyond the budget would: the loop
-    tests drive the retrieval judge, which is not asked about a whole database."""
+    tests drive the retrieval judge, which is not asked about a whole database. With ``grows``
+    each (k, m) gives another context, as a KB's wider search would (a last line names them);
+    without it every widening finds nothing new."""
 
-    def __init__(self, schema, enrich_error: Exception | None = None):
+    def __init__(self, schema, enrich_error: Exception | None = None, grows: bool = True):
         super().__init__(schema)
+        self.grows = grows
         self.requests: list[tuple[str, int, int]] = []
         self.enriched: list[dict] = []
         self.enrich_error = enrich_error
@@ -129,6 +132,9 @@ class RecordingRetriever(SchemaRetriever):
         self.requests.append((question, k, m))
         context = super().retrieve(question, k, m, evidence)
         context.pruned = TABLES_AND_COLUMNS
+        if self.grows:
+            whole = context.render
+            context.render = lambda: f"{whole()}\n-- search depth: {k} tables, {m} columns"
         return context
 
     def enrich(self, question, sql, result, judgments):
@@ -176,5 +182,19 @@ def run_program(engine, retriever, script, settings: Settings | None = None, mod
 def run(engine, retriever):
     def go(script, settings=None, **kwargs):
         return run_program(engine, retriever, script, settings, **kwargs)
+
+    return go
+
+
+@pytest.fixture
+def static_retriever(engine) -> RecordingRetriever:
+    """A retriever whose wider searches find nothing new."""
+    return RecordingRetriever(engine.introspect(), grows=False)
+
+
+@pytest.fixture
+def run_static(engine, static_retriever):
+    def go(script, settings=None, **kwargs):
+        return run_program(engine, static_retriever, script, settings, **kwargs)
 
     return go

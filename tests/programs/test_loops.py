@@ -55,6 +55,22 @@ def test_retrieval_cap_keeps_the_best_context_and_goes_on(run, retriever, helper
     assert pred.sql == GOOD and pred.rows  # the pipeline carried on
 
 
+def test_a_widening_that_finds_nothing_new_keeps_the_verdict_without_asking_again(run_static, static_retriever, helpers):
+    """The judge reads question, evidence, context and diagnosis: when a wider search returns the
+    same context, its prompt is the same, and so would be its verdict."""
+    settings = Settings(max_retrieval_iterations=3, theta_r=8, k_tables=4, m_columns=8, k_growth=2, m_growth=4)
+    script = helpers.Script(RetrievalJudge=[helpers.retrieval(3, 3, "q2"), helpers.retrieval(9, 9)],
+                            GenerateSQL={"sql": GOOD})
+    pred, lm = run_static(script, settings)
+    assert helpers.calls_by_signature(lm)["RetrievalJudge"] == 1
+    assert [r[1:] for r in static_retriever.requests] == [(4, 8), (6, 12), (8, 16)]  # it still widened each time
+    first, second, third = steps(pred, "retrieval")
+    assert first["cost"]["lm_calls"] == 1 and not second["cost"] and not third["cost"]
+    assert second["scores"] == first["scores"] and "verdict reused, no LM call" in second["decision"]
+    assert third["decision"].startswith("cap reached") and "verdict reused" in third["decision"]
+    assert pred.sql == GOOD
+
+
 def test_a_rewrite_that_is_sql_keeps_the_query_and_still_widens(run, retriever, helpers):
     """Small models asked for Q' sometimes hand back the failed SQL; searching the KB with it finds
     the tables the wrong SQL named, not those the question needs."""
