@@ -1,7 +1,9 @@
 """What the full pipeline costs against a single pass, in DSPy's prompt layout and in the shared-head one.
 
-Four variants answer the same seeded BIRD dev questions with the embedded model, the DSPy response
-cache off so that every call reaches the model: single-pass and full, each with
+Four variants answer the same seeded BIRD dev questions with the embedded model, each with its own
+DSPy response cache, empty at the start: what a user's first run pays, where a call repeated
+within a question (the same prompt at the same temperature) is served by the cache, as with the
+defaults, and nothing carries over from another variant or an earlier run. Single-pass and full, each with
 ``prompt_layout: dspy`` and ``prompt_layout: shared_head``. For each question and variant it prints
 the prompt tokens the engine computed and those its prefix cache reused, the completion tokens,
 the seconds and whether the answer was right; then, per layout, full's seconds per question as a
@@ -51,8 +53,8 @@ def run_variant(mode: str, layout: str, args, out: Path) -> list[dict]:
         "dataset": {"format": "bird", "root": str(Path(args.root) / "bird"), "sample": args.questions, "seed": args.seed},
         "mode": mode, "threads": 1, "mlflow": {"enabled": False},
         "kb": {"enabled": True, "cache": str(out / "kb-cache")},
-        "settings": {"lm": args.lm, "lm_cache": False, "prompt_layout": layout, "use_enrichment": False,
-                     "cache_dir": str(out / "dspy-cache")},
+        "settings": {"lm": args.lm, "lm_cache": True, "prompt_layout": layout, "use_enrichment": False,
+                     "cache_dir": str(out / "dspy-cache" / variant_name(mode, layout))},
     }))
     config = load_config(config_path, args.set_)
     run_dir = out / variant_name(mode, layout)
@@ -72,7 +74,8 @@ def per_question(records: list[dict]) -> list[dict]:
         prompt, cached = int(cost.get("prompt_tokens") or 0), int(cost.get("cached_prompt_tokens") or 0)
         rows.append({"key": r.get("question_id"), "correct": bool(r.get("correct")), "lm_calls": cost.get("lm_calls"),
                      "prompt_computed": prompt - cached, "prompt_reused": cached,
-                     "completion": int(cost.get("completion_tokens") or 0), "seconds": cost.get("seconds")})
+                     "completion": int(cost.get("completion_tokens") or 0), "cache_hits": int(cost.get("cache_hits") or 0),
+                     "seconds": cost.get("seconds")})
     return rows
 
 
@@ -80,7 +83,7 @@ def totals(rows: list[dict]) -> dict:
     n = len(rows) or 1
     mean = lambda key: round(sum(float(r[key] or 0) for r in rows) / n, 2)  # noqa: E731
     return {"questions": len(rows), "ex": round(100 * sum(r["correct"] for r in rows) / n, 2),
-            **{f"{k}_per_question": mean(k) for k in ("lm_calls", "prompt_computed", "prompt_reused", "completion", "seconds")}}
+            **{f"{k}_per_question": mean(k) for k in ("lm_calls", "prompt_computed", "prompt_reused", "completion", "cache_hits", "seconds")}}
 
 
 def main(argv: list[str] | None = None) -> int:

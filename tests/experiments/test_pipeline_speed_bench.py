@@ -51,3 +51,7 @@ def test_pipeline_speed_bench_one_layout_with_the_json_adapter(benchmarks_dir, t
     assert not (tmp_path / "runs" / "full-shared_head").exists()
     run = json.loads((tmp_path / "runs" / "full-dspy" / "run.json").read_text())
     assert '"adapter": "json"' in json.dumps(run, sort_keys=True)
+    # Each variant starts from its own empty response cache: what a first run pays, nothing shared.
+    settings = json.loads((tmp_path / "runs" / "full-dspy.yaml").read_text())["settings"]
+    assert settings["lm_cache"] is True and settings["cache_dir"] == str(tmp_path / "runs" / "dspy-cache" / "full-dspy")
+    assert all("cache_hits" in row for v in result["variants"].values() for row in v["per_question"])
