@@ -397,7 +397,7 @@ def run(oc, out: Path, forms: list[str], judges: list[str], log: Callable[[str],
     header = (f"Judge scale forms, bare signatures, {settings.effective_judge_lm}, {len(cases)} labelled cases "
               f"({sum(c.correct for c in cases)} right, {sum(not c.correct for c in cases)} wrong); "
               f"thresholds theta_s={settings.theta_s:g}, theta_e={settings.theta_e:g}, layout {settings.prompt_layout}, "
-              f"judge_scores {settings.judge_scores}; "
+              f"judge_scores {settings.judge_scores}, adapter {settings.adapter}; "
               + (f"the int form with the demos of {program}." if program else "no demos."))
     (out / "judge_scale.md").write_text(markdown(summary, header), encoding="utf-8")
     (out / "judge_scale.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
