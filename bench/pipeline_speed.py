@@ -1,9 +1,10 @@
 """What the full pipeline costs against a single pass, in DSPy's prompt layout and in the shared-head one.
 
 Four variants answer the same seeded BIRD dev questions with the embedded model, each with its own
-DSPy response cache, empty at the start: what a user's first run pays, where a call repeated
-within a question (the same prompt at the same temperature) is served by the cache, as with the
-defaults, and nothing carries over from another variant or an earlier run. Single-pass and full, each with
+DSPy response cache under ``--out`` (empty on a fresh ``--out``; a resumed run keeps it): what a
+user's first run pays, where a call repeated within a question (the same prompt at the same
+temperature) is served by the cache, as under the defaults, and no variant is served another's
+calls. ``lm_calls`` counts the calls the cache served too (``cache_hits``). Single-pass and full, each with
 ``prompt_layout: dspy`` and ``prompt_layout: shared_head``. For each question and variant it prints
 the prompt tokens the engine computed and those its prefix cache reused, the completion tokens,
 the seconds and whether the answer was right; then, per layout, full's seconds per question as a
@@ -124,14 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{'variant':<20}{'question':>10}{'calls':>6}{'computed':>10}{'reused':>9}{'compl':>7}{'s':>8}  ok")
+    print(f"{'variant':<20}{'question':>10}{'calls':>6}{'hits':>5}{'computed':>10}{'reused':>9}{'compl':>7}{'s':>8}  ok")
     for name, v in result["variants"].items():
         for r in v["per_question"]:
-            print(f"{name:<20}{str(r['key']):>10}{r['lm_calls']:>6}{r['prompt_computed']:>10}{r['prompt_reused']:>9}"
+            print(f"{name:<20}{str(r['key']):>10}{r['lm_calls']:>6}{r['cache_hits']:>5}{r['prompt_computed']:>10}{r['prompt_reused']:>9}"
                   f"{r['completion']:>7}{float(r['seconds'] or 0):>8.1f}  {'yes' if r['correct'] else 'no'}")
     for name, v in result["variants"].items():
         t = v["totals"]
-        print(f"{name}: EX {t['ex']}%, per question {t['lm_calls_per_question']} calls, {t['prompt_computed_per_question']} "
+        print(f"{name}: EX {t['ex']}%, per question {t['lm_calls_per_question']} calls ({t['cache_hits_per_question']} from "
+              f"the cache), {t['prompt_computed_per_question']} "
               f"computed + {t['prompt_reused_per_question']} reused prompt tokens, {t['completion_per_question']} completion, "
               f"{t['seconds_per_question']} s")
     for layout, r in result["layouts"].items():

@@ -26,6 +26,7 @@
 """
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -102,7 +103,7 @@ class BoundedJSON:
         limits = bounds(signature)
         if not limits or not (isinstance(model, type) and hasattr(model, "model_json_schema")):
             return  # no schema (plain JSON mode, or an LM without structured outputs): nothing to bound
-        schema = model.model_json_schema()
+        schema = copy.deepcopy(model.model_json_schema())  # DSPy's own dict stays as DSPy built it
         properties = schema.get("properties", {})
         for name, limit in limits.items():
             if name in properties:

@@ -51,6 +51,7 @@ from reflect_sql.programs.expected_score import expected_scores, truth_probabili
 from reflect_sql.programs.invoke import make_predictor
 from reflect_sql.programs.judgment import RUBRICS, Rubric, placed
 from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
+from reflect_sql.signatures.scales import ONE_LINE
 from reflect_sql.settings import Settings
 from reflect_sql.signatures.entailment_judge import EntailmentChecks, EntailmentJudge
 from reflect_sql.signatures.scales import Scale
@@ -180,9 +181,9 @@ def form_signature(judge: str, form: str) -> tuple[type[dspy.Signature], Callabl
             ordered["diagnosis"] = outputs["diagnosis"]
         else:
             ordered = {
-                "schema_rationale": (str, dspy.OutputField(desc="One short line on schema entailment.")),
+                "schema_rationale": (str, dspy.OutputField(desc=f"{ONE_LINE} on schema entailment.")),
                 "e_schema": outputs["e_schema"],
-                "data_rationale": (str, dspy.OutputField(desc="One short line on data entailment.")),
+                "data_rationale": (str, dspy.OutputField(desc=f"{ONE_LINE} on data entailment.")),
                 "e_data": outputs["e_data"],
                 "diagnosis": outputs["diagnosis"],
             }

@@ -16,7 +16,7 @@ from reflect_sql.settings import Settings
 from reflect_sql.signatures.retrieval_judge import RetrievalJudge
 
 
-REUSED = "; same context as last judged: its verdict reused, no LM call"
+VERDICT_KEPT = "; same context as last judged: its verdict reused, no LM call"
 
 
 def retrieval_score(relevance: float, completeness: float, settings: Settings) -> float:
@@ -52,7 +52,7 @@ class RetrievalLoop(Loop):
         s = self.settings
         iterations = s.max_retrieval_iterations if s.use_retrieval_loop else 1
         best: RetrievalOutcome | None = None
-        judged: tuple[str, Any] | None = None  # (the context rendered, the judge's call on it)
+        judged: tuple[str, Any] | None = None  # (a context rendered, the judge's usable verdict on it)
         for it in range(iterations):
             context = retrieve(self.handles.retriever, state.query, state.k, state.m, evidence, state.renderings)
             step = trace.add(TraceStep(
@@ -73,8 +73,10 @@ class RetrievalLoop(Loop):
             rendered = context.render()
             reused = judged is not None and judged[0] == rendered
             if reused:
-                # Widening (or the rewrite) found nothing new: the judge would read the same prompt
-                # again and, at the same temperature, say the same. Its verdict stands, for free.
+                # Widening (or the rewrite) found nothing new, and question, evidence and diagnosis are
+                # fixed for this call: the judge would read the same prompt again. Under the defaults
+                # (temperature 0, the response cache on) it would give the same reply; at a higher
+                # temperature, another sample of the same judgment is not worth a model call.
                 call = judged[1]
             else:
                 call = call_predictor(
@@ -82,7 +84,8 @@ class RetrievalLoop(Loop):
                     question=question, evidence=evidence or "", schema_context=rendered, diagnosis=diagnosis or "",
                 )
                 step.cost, step.retry = call.cost, call.retried
-                judged = (rendered, call)
+                # A failure (a timeout, a reply that contradicts itself) is not a verdict: asked again.
+                judged = (rendered, call) if call.output is not None else None
             rewritten = ""
             if call.output is None:
                 step.failure = f"retrieval judge failed ({call.failure}); treated as insufficient"
@@ -101,14 +104,15 @@ class RetrievalLoop(Loop):
                 step.decision = "accept"
                 return outcome
             if it == iterations - 1:
-                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})" + REUSED * reused
+                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})" + (VERDICT_KEPT if reused else "")
                 return best
             if reads_as_sql(rewritten):
                 step.failure = "the judge's rewritten question was SQL, not a question: kept the query"
                 rewritten = ""
+            rewrites = bool(rewritten) and rewritten != state.query
             state.query = rewritten or state.query
             state.k += s.k_growth
             state.m += s.m_growth
-            step.decision = ("rewrite and widen" if rewritten else "widen (query kept)") + REUSED * reused
+            step.decision = ("rewrite and widen" if rewrites else "widen (query kept)") + (VERDICT_KEPT if reused else "")
             step.rewrite = {"query": state.query, "k": state.k, "m": state.m}
         raise AssertionError("unreachable: the loop returns on its last iteration")

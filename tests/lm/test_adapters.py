@@ -163,6 +163,29 @@ def test_a_json_reply_is_bounded_to_each_score_scale_and_each_rationale_line(lay
     assert generator_schema["sql"] == {"type": "string", "title": "Sql"}  # not a judge: nothing added
 
 
+def test_dspy_own_json_adapter_stays_unbounded_after_a_bounded_call():
+    from reflect_sql.lm.scripted import ScriptedLM
+
+    class SchemaLM(ScriptedLM):
+        supports_response_schema = True
+
+    lm = SchemaLM({"EntailmentJudge": {"e_schema": 4, "e_data": 5, "diagnosis": "none"}})
+    for adapter in (make_adapter(Settings(adapter="json")), dspy.JSONAdapter()):
+        with dspy.context(lm=lm, adapter=adapter):
+            dspy.Predict(EntailmentJudge)(**inputs_for(EntailmentJudge))
+    bounded, plain = (_schema(f)["properties"]["e_data"] for f in lm.engine_impl.response_formats)
+    assert bounded["maximum"] == 5 and "maximum" not in plain
+
+
+def test_every_described_scale_reads_back():
+    from reflect_sql.signatures.scales import SCALE_5, SCALE_10, Scale
+
+    for scale in (SCALE_5, SCALE_10, Scale(0, 3)):
+        desc = scale.describe("E_data", {scale.low: "wrong (or empty)", scale.high: "right; every row (a to b)"})
+        assert Scale.described_in(desc) == scale
+    assert Scale.described_in("The concrete problems and their fixes, or 'none'.") is None
+
+
 def test_bounds_leave_the_chat_prompt_as_it_was():
     # The limits live only in the JSON schema: ChatAdapter's prompt (the default path, and the shipped
     # program's demos) is not touched by them.

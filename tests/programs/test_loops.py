@@ -71,6 +71,16 @@ def test_a_widening_that_finds_nothing_new_keeps_the_verdict_without_asking_agai
     assert pred.sql == GOOD
 
 
+def test_a_failed_judgment_is_asked_again_on_the_same_context(run_static, static_retriever, helpers):
+    # A failure is not a verdict (it may be a timeout): the widened, unchanged context is judged anew.
+    settings = Settings(json_adapter_fallback=False, max_retrieval_iterations=3, theta_r=8)
+    script = helpers.Script(RetrievalJudge=["no idea", helpers.retrieval(9, 9)], GenerateSQL={"sql": GOOD})
+    pred, lm = run_static(script, settings)
+    assert helpers.calls_by_signature(lm)["RetrievalJudge"] == 2
+    first, second = steps(pred, "retrieval")
+    assert first["failure"].startswith("retrieval judge failed") and second["decision"] == "accept"
+
+
 def test_a_rewrite_that_is_sql_keeps_the_query_and_still_widens(run, retriever, helpers):
     """Small models asked for Q' sometimes hand back the failed SQL; searching the KB with it finds
     the tables the wrong SQL named, not those the question needs."""
