@@ -51,10 +51,9 @@ from reflect_sql.programs.expected_score import expected_scores, truth_probabili
 from reflect_sql.programs.invoke import make_predictor
 from reflect_sql.programs.judgment import RUBRICS, Rubric, placed
 from reflect_sql.programs.synthesis_loop import CRITERIA, semantic_score
-from reflect_sql.signatures.scales import ONE_LINE
 from reflect_sql.settings import Settings
 from reflect_sql.signatures.entailment_judge import EntailmentChecks, EntailmentJudge
-from reflect_sql.signatures.scales import Scale
+from reflect_sql.signatures.scales import ONE_LINE, Scale
 from reflect_sql.signatures.semantic_judge import SemanticChecks, SemanticJudge
 
 FORMS = ("literal", "int", "words", "verdict_first", "flipped", "checks", "verdict")

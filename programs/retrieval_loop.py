@@ -86,6 +86,7 @@ class RetrievalLoop(Loop):
                 step.cost, step.retry = call.cost, call.retried
                 # A failure (a timeout, a reply that contradicts itself) is not a verdict: asked again.
                 judged = (rendered, call) if call.output is not None else None
+            kept = VERDICT_KEPT if reused else ""
             rewritten = ""
             if call.output is None:
                 step.failure = f"retrieval judge failed ({call.failure}); treated as insufficient"
@@ -104,7 +105,7 @@ class RetrievalLoop(Loop):
                 step.decision = "accept"
                 return outcome
             if it == iterations - 1:
-                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})" + (VERDICT_KEPT if reused else "")
+                step.decision = f"cap reached ({iterations} iterations): keep the best context (score {best.score})" + kept
                 return best
             if reads_as_sql(rewritten):
                 step.failure = "the judge's rewritten question was SQL, not a question: kept the query"
@@ -113,6 +114,6 @@ class RetrievalLoop(Loop):
             state.query = rewritten or state.query
             state.k += s.k_growth
             state.m += s.m_growth
-            step.decision = ("rewrite and widen" if rewrites else "widen (query kept)") + (VERDICT_KEPT if reused else "")
+            step.decision = ("rewrite and widen" if rewrites else "widen (query kept)") + kept
             step.rewrite = {"query": state.query, "k": state.k, "m": state.m}
         raise AssertionError("unreachable: the loop returns on its last iteration")

@@ -15,6 +15,7 @@ from reflect_sql.lm.adapters import (
     parse_head,
     render_head,
 )
+from reflect_sql.lm.scripted import ScriptedLM
 from reflect_sql.settings import Settings
 from reflect_sql.signatures.column_describer import ColumnDescriber
 from reflect_sql.signatures.entailment_judge import EntailmentJudge
@@ -22,6 +23,10 @@ from reflect_sql.signatures.retrieval_judge import RetrievalJudge
 from reflect_sql.signatures.semantic_judge import SemanticJudge
 from reflect_sql.signatures.sql_generator import GenerateSQL
 from reflect_sql.signatures.syntax_repairer import RepairSQL
+
+class SchemaLM(ScriptedLM):
+    supports_response_schema = True  # as the embedded engine: replies constrained to a JSON schema
+
 
 PER_QUESTION = (GenerateSQL, RepairSQL, RetrievalJudge, SemanticJudge, EntailmentJudge)
 HEAD = {"question": "How many stores are in the North?", "evidence": "North is a region name.",
@@ -90,8 +95,6 @@ def test_settings_pick_the_layout_and_the_retry_adapter_keeps_it():
 
 
 def test_a_scripted_lm_reads_inputs_in_either_layout():
-    from reflect_sql.lm.scripted import ScriptedLM
-
     for layout in ("shared_head", "dspy"):
         lm = ScriptedLM({"GenerateSQL": {"sql": "SELECT 1"}})
         with dspy.context(lm=lm, adapter=make_adapter(Settings(prompt_layout=layout))):
@@ -110,11 +113,8 @@ def test_settings_pick_json_as_the_first_adapter_in_either_layout():
 
 def test_a_judge_through_json_is_one_constrained_call_and_its_expected_scores_are_read():
     from reflect_sql.lm.accounting import CostMeter
-    from reflect_sql.lm.scripted import Probabilities, ScriptedLM
+    from reflect_sql.lm.scripted import Probabilities
     from reflect_sql.programs.invoke import call_predictor, make_judge
-
-    class SchemaLM(ScriptedLM):
-        supports_response_schema = True  # as the embedded engine: replies constrained to a JSON schema
 
     settings = Settings(adapter="json", judge_scores="expected")
     reply = {"missing_aspects": [], "relevance": Probabilities({8: 0.5, 2: 0.5}),
@@ -132,20 +132,14 @@ def test_a_judge_through_json_is_one_constrained_call_and_its_expected_scores_ar
     assert call.output.completeness == 9
 
 
-def _schema(response_format) -> dict:
-    """The JSON schema a request asked the engine for, whichever form DSPy handed it in."""
-    if isinstance(response_format, type):
-        return response_format.model_json_schema()
-    return response_format.get("schema") or response_format["json_schema"]["schema"]
+def _schema(response_format: dict) -> dict:
+    """The JSON schema a request asked the engine for (DSPy hands it as ``{"type": "json_schema", "schema": ...}``)."""
+    return response_format["schema"]
 
 
 @pytest.mark.parametrize("layout", ["dspy", "shared_head"])
 def test_a_json_reply_is_bounded_to_each_score_scale_and_each_rationale_line(layout):
-    from reflect_sql.lm.scripted import ScriptedLM
     from reflect_sql.signatures.scales import ONE_LINE_CHARS
-
-    class SchemaLM(ScriptedLM):
-        supports_response_schema = True
 
     semantic = {"column_rationale": "ok", "column_consistency": 9, "granularity_rationale": "ok", "granularity": 9,
                 "join_rationale": "ok", "join_consistency": 9, "logic_rationale": "ok", "query_logic": 9,
@@ -164,11 +158,6 @@ def test_a_json_reply_is_bounded_to_each_score_scale_and_each_rationale_line(lay
 
 
 def test_dspy_own_json_adapter_stays_unbounded_after_a_bounded_call():
-    from reflect_sql.lm.scripted import ScriptedLM
-
-    class SchemaLM(ScriptedLM):
-        supports_response_schema = True
-
     lm = SchemaLM({"EntailmentJudge": {"e_schema": 4, "e_data": 5, "diagnosis": "none"}})
     for adapter in (make_adapter(Settings(adapter="json")), dspy.JSONAdapter()):
         with dspy.context(lm=lm, adapter=adapter):

@@ -178,12 +178,17 @@ def run_program(engine, retriever, script, settings: Settings | None = None, mod
     return prediction, lm
 
 
-@pytest.fixture
-def run(engine, retriever):
+def runner(engine, retriever):
+    """``run_program`` bound to one engine and retriever: the tests pass only script and settings."""
     def go(script, settings=None, **kwargs):
         return run_program(engine, retriever, script, settings, **kwargs)
 
     return go
+
+
+@pytest.fixture
+def run(engine, retriever):
+    return runner(engine, retriever)
 
 
 @pytest.fixture
@@ -194,7 +199,4 @@ def static_retriever(engine) -> RecordingRetriever:
 
 @pytest.fixture
 def run_static(engine, static_retriever):
-    def go(script, settings=None, **kwargs):
-        return run_program(engine, static_retriever, script, settings, **kwargs)
-
-    return go
+    return runner(engine, static_retriever)
