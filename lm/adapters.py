@@ -11,8 +11,10 @@
    Role isolation is unchanged: each predictor keeps its own signature, instructions and demos,
    and may run on its own LM. Only where the shared inputs sit in the prompt moves: in the system
    message, before the role's instructions, rendered the same way whatever the signature says of
-   them, so that the head is byte-identical across roles. A signature without any of the head
-   fields (the column describer) is formatted as DSPy does.
+   them, so that the head is byte-identical across roles. The task message at the end repeats the
+   short head fields (question, evidence) and points to the schema context at the start, so that
+   the model answers this question and not a demo's. A signature without any of the head fields
+   (the column describer) is formatted as DSPy does.
 
 2. **Bounded JSON replies.** Where a reply is constrained by the signature's JSON schema (the
    embedded engine), DSPy's schema says only "integer" and "string": the 0.5B wrote E_data = 17,
@@ -39,6 +41,8 @@ LAYOUTS = ("shared_head", "dspy")
 # The fields every per-question signature takes, in the order they open the prompt: question and
 # evidence hold for the whole question, the schema context for one retrieval round.
 HEAD_FIELDS = ("question", "evidence", "schema_context")
+# Left out of the task message; the short fields are written in both places.
+LONG_HEAD_FIELDS = ("schema_context",)
 HEAD_INTRO = ("This conversation is one step of answering a question over a SQL database. "
               "The question, its evidence and the database schema context come first; the task follows.")
 HEAD_END = "(End of the shared context. Your role and task follow.)"
@@ -73,12 +77,15 @@ class SharedHeadLayout:
         messages = super().format(signature, demos, inputs)
         if not head:
             return messages
-        rest = {k: v for k, v in inputs.items() if k not in head}
-        names = ", ".join(f"`{n}`" for n in head)
-        note = f"({names} {'is' if len(head) == 1 else 'are'} given at the start of this conversation.)"
+        # The task message restates the short head fields: with compiled demos before it, each
+        # carrying its own question, a 1.5B given only "see the start" answered the last demo's
+        # question on all three demo questions. Only the long schema context is left in the head.
+        rest = {k: v for k, v in inputs.items() if k not in LONG_HEAD_FIELDS}
+        long_names = [f"`{n}`" for n in head if n in LONG_HEAD_FIELDS]
+        note = f"({', '.join(long_names)} of this question is given at the start of this conversation.)"
         messages[0] = {**messages[0], "content": render_head(head) + "\n\n" + messages[0]["content"]}
         messages[-1] = {**messages[-1], "content": self.format_user_message_content(
-            signature, rest, prefix=note, main_request=True)}
+            signature, rest, prefix=note if long_names else "", main_request=True)}
         return messages
 
 

@@ -48,9 +48,10 @@ def test_every_per_question_signature_opens_with_the_same_head(adapter):
     texts = {sig.__name__: prompt_text(adapter.format(sig, [], inputs_for(sig))) for sig in PER_QUESTION}
     for name, text in texts.items():
         assert text.startswith(head), name
-        # Each value appears once: the role's own message does not repeat the head.
-        for value in HEAD.values():
-            assert text.count(value) == 1, (name, value)
+        # The long schema context is sent once; the short fields again where the task is asked.
+        assert text.count(HEAD["schema_context"]) == 1, name
+        for field in ("question", "evidence"):
+            assert text.count(HEAD[field]) == 2, (name, field)
     # After the head, the roles differ: their own instructions and inputs follow.
     tails = {text[len(head):] for text in texts.values()}
     assert len(tails) == len(PER_QUESTION)
@@ -62,9 +63,13 @@ def test_the_head_does_not_depend_on_demos_or_the_other_inputs():
     plain = adapter.format(GenerateSQL, [], inputs_for(GenerateSQL))
     with_demo = adapter.format(GenerateSQL, [demo], {**inputs_for(GenerateSQL), "feedback": "fix the join"})
     assert plain[0]["content"] == with_demo[0]["content"]
-    assert with_demo[-1]["content"].startswith("(`question`, `evidence`, `schema_context` are given")
-    assert "fix the join" in with_demo[-1]["content"]
+    task = with_demo[-1]["content"]
+    assert task.startswith("(`schema_context` of this question is given at the start")
+    assert "fix the join" in task
     assert "Another question" in with_demo[1]["content"]  # demos keep their own inputs
+    # After a demo with its own question, the task names this question, not the demo's.
+    assert HEAD["question"] in task and HEAD["evidence"] in task and "Another question" not in task
+    assert HEAD["schema_context"] not in task
 
 
 def test_dspy_layout_is_dspys_own_and_a_signature_without_head_fields_is_untouched():
