@@ -19,8 +19,8 @@
 2. **Bounded JSON replies.** Where a reply is constrained by the signature's JSON schema (the
    embedded engine), DSPy's schema says only "integer" and "string": the 0.5B wrote E_data = 17,
    a reply the judge then retried. Every JSON adapter here adds each score field's scale as its
-   minimum and maximum, and a rationale's length limit, so the engine's grammar cannot produce
-   either fault. The chat prompt is unchanged.
+   minimum and maximum, a rationale's length limit, and a list's number of items and their length,
+   so the engine's grammar cannot produce these faults. The chat prompt is unchanged.
 
 3. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
    (one more LM call); each such fallback is reported to the open ``CostMeter``s, or turned off
@@ -35,7 +35,7 @@ from typing import Any
 import dspy
 
 from reflect_sql.lm.accounting import note_adapter_fallback
-from reflect_sql.signatures.scales import ONE_LINE, ONE_LINE_CHARS, Scale
+from reflect_sql.signatures.scales import LIST_ITEMS, ONE_LINE, ONE_LINE_CHARS, Scale
 
 LAYOUTS = ("shared_head", "dspy")
 # The fields every per-question signature takes, in the order they open the prompt: question and
@@ -90,7 +90,8 @@ class SharedHeadLayout:
 
 
 def bounds(signature) -> dict[str, dict[str, int]]:
-    """The JSON-schema bounds of ``signature``'s output fields: a score's scale, a rationale's length."""
+    """The JSON-schema bounds of ``signature``'s output fields: a score's scale, a rationale's length,
+    a list's items and their length."""
     out = {}
     for name, field in signature.output_fields.items():
         desc = (field.json_schema_extra or {}).get("desc", "")
@@ -98,6 +99,8 @@ def bounds(signature) -> dict[str, dict[str, int]]:
             out[name] = {"minimum": scale.low, "maximum": scale.high}
         elif field.annotation is str and desc.startswith(ONE_LINE):
             out[name] = {"maxLength": ONE_LINE_CHARS}
+        elif field.annotation == list[str]:
+            out[name] = {"maxItems": LIST_ITEMS, "items": {"type": "string", "maxLength": ONE_LINE_CHARS}}
     return out
 
 

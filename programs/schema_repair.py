@@ -291,8 +291,8 @@ def add_joins(state: Repair) -> None:
     """A column that only one table outside the query has, reachable from the column's own SELECT by
     one chain of single foreign keys: join that chain in and qualify the column with its table.
     Measured: the embedded 1.5B, told the join path in words, handed back the same SQL. Anything
-    less clear-cut (two owners, two links between a pair of tables, a table the query uses twice on
-    the way) is left to ``pull_in_tables``, which explains it to the repairer instead."""
+    less clear-cut (two owners, two links between a pair of tables, a table the query uses twice
+    where the chain leaves it) is left to ``pull_in_tables``, which explains it to the repairer instead."""
     graph = fk_graph(state.foreign_keys)
     joined: dict[tuple, str] = {}  # (scope, table, start) -> alias already joined by this rule
     for ref in _open(state):
@@ -316,6 +316,11 @@ def add_joins(state: Repair) -> None:
         key = (id(scope), target.name, tuple(start))
         if key not in joined:
             path = fk_path(graph, start, target.name)
+            # A table on the way that the query already has is joined through, not joined again: a
+            # second copy of it multiplies the rows (a 1.5B's orders -> order_items query summed
+            # every line once per line of its order).
+            on_the_way = [i for i, table in enumerate(path[:-1]) if table in present]
+            path = path[on_the_way[-1]:] if on_the_way else path
             links = path_links(state.foreign_keys, path)
             if len(path) < 2 or any(len(hop) != 1 for hop in links) or len(present.get(path[0], [])) != 1:
                 continue

@@ -58,3 +58,7 @@ Score5 = int
 # instead of spending its completion budget (the 0.5B's semantic judge reached 256 tokens).
 ONE_LINE = "One short line"
 ONE_LINE_CHARS = 160
+# A list a judge writes (the retrieval judge's missing aspects) holds at most LIST_ITEMS one-line
+# items under the same schema: the 1.5B wrote "no join path from tables to order_items" 20 times
+# over until its 256-token budget ran out, twice in one demo question, and the cut reply was lost.
+LIST_ITEMS = 5

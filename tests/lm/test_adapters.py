@@ -162,6 +162,20 @@ def test_a_json_reply_is_bounded_to_each_score_scale_and_each_rationale_line(lay
     assert generator_schema["sql"] == {"type": "string", "title": "Sql"}  # not a judge: nothing added
 
 
+def test_a_json_list_is_bounded_in_items_and_item_length():
+    from reflect_sql.signatures.scales import LIST_ITEMS, ONE_LINE_CHARS
+
+    reply = {"missing_aspects": ["no date column"], "relevance": 6, "completeness": 4, "rewritten_question": "q"}
+    lm = SchemaLM({"RetrievalJudge": reply})
+    with dspy.context(lm=lm, adapter=make_adapter(Settings(adapter="json", prompt_layout="shared_head"))):
+        out = dspy.Predict(RetrievalJudge)(**inputs_for(RetrievalJudge))
+    assert out.missing_aspects == ["no date column"]
+    (schema,) = (_schema(f)["properties"] for f in lm.engine_impl.response_formats)
+    assert schema["missing_aspects"]["type"] == "array" and schema["missing_aspects"]["maxItems"] == LIST_ITEMS
+    assert schema["missing_aspects"]["items"] == {"type": "string", "maxLength": ONE_LINE_CHARS}
+    assert "maxLength" not in schema["rewritten_question"]
+
+
 def test_dspy_own_json_adapter_stays_unbounded_after_a_bounded_call():
     lm = SchemaLM({"EntailmentJudge": {"e_schema": 4, "e_data": 5, "diagnosis": "none"}})
     for adapter in (make_adapter(Settings(adapter="json")), dspy.JSONAdapter()):

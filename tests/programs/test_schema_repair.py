@@ -196,6 +196,35 @@ def test_a_column_written_on_a_query_table_is_joined_from_that_table(tmp_path):
         assert engine.execute(outcome.sql).rows == [("desserts", 5), ("mains", 3)]
 
 
+def test_a_chain_through_a_table_the_query_has_goes_through_its_alias(tmp_path):
+    """o.category_id: orders lacks it; the chain orders -> order_items -> menu_items passes order_items,
+    which the query has as oi. Joining a second order_items would count each line once per line of
+    its order."""
+    import sqlite3
+
+    from reflect_sql.db import open_engine
+    from reflect_sql.programs import schema_repair
+
+    path = tmp_path / "orders.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript("""
+            CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER);
+            CREATE TABLE orders (id INTEGER PRIMARY KEY, shift TEXT);
+            CREATE TABLE order_items (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES orders(id),
+                                      menu_item_id INTEGER REFERENCES menu_items(id), qty INTEGER);
+            INSERT INTO menu_items VALUES (10, 1), (20, 2);
+            INSERT INTO orders VALUES (1, 'DINNER'), (2, 'LUNCH');
+            INSERT INTO order_items VALUES (1, 1, 10, 2), (2, 1, 20, 5), (3, 1, 10, 1), (4, 2, 10, 7);
+        """)
+    sql = ("SELECT o.category_id, SUM(oi.qty) FROM orders AS o JOIN order_items AS oi ON o.id = oi.order_id "
+           "WHERE o.shift = 'DINNER' GROUP BY o.category_id ORDER BY o.category_id")
+    with open_engine(str(path), Settings()) as engine:
+        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        assert outcome.rewrites[0] == "joined order_items -> menu_items"
+        assert outcome.sql.count("order_items") == 1
+        assert engine.execute(outcome.sql).rows == [(1, 3), (2, 5)]
+
+
 def test_a_join_with_two_possible_links_is_explained_not_guessed(run, helpers):
     sql = "SELECT s.superhero_name FROM superhero AS s WHERE s.colour = 'Blue'"  # eye, hair or skin colour?
     fixed = ("SELECT s.superhero_name FROM superhero AS s JOIN colour AS c ON s.eye_colour_id = c.id "
