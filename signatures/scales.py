@@ -55,9 +55,11 @@ Score5 = int
 # A judge's rationale is one short line. Its field description opens with ONE_LINE, and where the
 # reply is constrained by a JSON schema (adapter: json, on the embedded engine) the string may hold
 # at most ONE_LINE_CHARS characters: a small model that repeats itself is cut there by the grammar
-# instead of spending its completion budget (the 0.5B's semantic judge reached 256 tokens).
+# instead of spending its completion budget (the 0.5B's semantic judge reached 256 tokens). At 160
+# the 1.5B's semantic rationales ran 102-160 characters, four per reply at 7-8 tokens a second;
+# 100 keeps a line that names the column or join in question.
 ONE_LINE = "One short line"
-ONE_LINE_CHARS = 160
+ONE_LINE_CHARS = 100
 # A list a judge writes (the retrieval judge's missing aspects) holds at most LIST_ITEMS one-line
 # items under the same schema: the 1.5B wrote "no join path from tables to order_items" 20 times
 # over until its 256-token budget ran out, twice in one demo question, and the cut reply was lost.
