@@ -35,7 +35,7 @@ from typing import Any
 import dspy
 
 from reflect_sql.lm.accounting import note_adapter_fallback
-from reflect_sql.signatures.scales import LIST_ITEMS, ONE_LINE, ONE_LINE_CHARS, Scale
+from reflect_sql.signatures.scales import LIST_ITEMS, ONE_LINE, ONE_LINE_CHARS, SHORT_LIST, Scale
 
 LAYOUTS = ("shared_head", "dspy")
 # The fields every per-question signature takes, in the order they open the prompt: question and
@@ -99,7 +99,7 @@ def bounds(signature) -> dict[str, dict[str, int]]:
             out[name] = {"minimum": scale.low, "maximum": scale.high}
         elif field.annotation is str and desc.startswith(ONE_LINE):
             out[name] = {"maxLength": ONE_LINE_CHARS}
-        elif field.annotation == list[str]:
+        elif field.annotation == list[str] and desc.startswith(SHORT_LIST):
             out[name] = {"maxItems": LIST_ITEMS, "items": {"type": "string", "maxLength": ONE_LINE_CHARS}}
     return out
 

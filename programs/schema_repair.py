@@ -294,7 +294,7 @@ def add_joins(state: Repair) -> None:
     less clear-cut (two owners, two links between a pair of tables, a table the query uses twice
     where the chain leaves it) is left to ``pull_in_tables``, which explains it to the repairer instead."""
     graph = fk_graph(state.foreign_keys)
-    joined: dict[tuple, str] = {}  # (scope, table, start) -> alias already joined by this rule
+    added: dict[int, dict[str, str]] = {}  # id(scope) -> table -> alias, for the tables this rule joined in
     for ref in _open(state):
         if ref.problem not in (OUTSIDE, MISPLACED, UNOWNED) or _query_has(state, ref.name):
             continue
@@ -306,45 +306,44 @@ def add_joins(state: Repair) -> None:
             continue
         target = owners[0]
         present = _scope_tables(state, scope)
-        # A column written on a table of the query is reached from that table: the model joined the
-        # rest of the query on it, and a path from elsewhere would leave it unjoined.
-        start: list[str] = list(present)
-        qualifier = ref.node.table
-        if qualifier and isinstance(src := _sources(scope).get(qualifier.lower()), exp.Table) and \
-                (named := state.schema.table(src.name)) is not None and named.name in present:
-            start = [named.name]
-        key = (id(scope), target.name, tuple(start))
-        if key not in joined:
+        joined = added.setdefault(id(scope), {})
+        if target.name not in joined:
+            # A column written on a table of the query is reached from that table: the model joined the
+            # rest of the query on it, and a path from elsewhere would leave it unjoined.
+            start: list[str] = list(present)
+            qualifier = ref.node.table
+            if qualifier and isinstance(src := _sources(scope).get(qualifier.lower()), exp.Table) and \
+                    (named := state.schema.table(src.name)) is not None and named.name in present:
+                start = [named.name]
             path = fk_path(graph, start, target.name)
-            # A table on the way that the query already has is joined through, not joined again: a
-            # second copy of it multiplies the rows (a 1.5B's orders -> order_items query summed
-            # every line once per line of its order).
-            on_the_way = [i for i, table in enumerate(path[:-1]) if table in present]
+            # A table on the way that the query already has, or that this rule joined for an earlier
+            # reference, is joined through, not joined again: a second copy of it multiplies the rows
+            # (a 1.5B's orders -> order_items query summed every line once per line of its order).
+            on_the_way = [i for i, table in enumerate(path[:-1]) if table in present or table in joined]
             path = path[on_the_way[-1]:] if on_the_way else path
             links = path_links(state.foreign_keys, path)
-            if len(path) < 2 or any(len(hop) != 1 for hop in links) or len(present.get(path[0], [])) != 1:
+            if len(path) < 2 or any(len(hop) != 1 for hop in links) or \
+                    (path[0] not in joined and len(present.get(path[0], [])) != 1):
                 continue
             _qualify_bare_columns(state, scope, present)
-            aliases = {path[0]: _alias_of(present[path[0]][0]).name}
-            taken = {k.lower() for k in scope.sources}
+            aliases = {path[0]: joined.get(path[0]) or _alias_of(present[path[0]][0]).name}
+            taken = {k.lower() for k in scope.sources} | {alias.lower() for alias in joined.values()}
             for (_, table), (fk,) in zip(zip(path, path[1:]), links):
                 alias = table if table.lower() not in taken else f"{table}_{len(taken)}"
                 taken.add(alias.lower())
-                aliases[table] = alias
+                aliases[table] = joined[table] = alias
                 on = exp.and_(*(exp.EQ(this=exp.column(a, table=aliases[fk.table]),
                                        expression=exp.column(b, table=aliases[fk.ref_table]))
                                 for a, b in zip(fk.columns, fk.ref_columns)))
                 select.join(exp.table_(table, alias=alias), on=on, join_type="inner", copy=False)
-            joined[key] = aliases[target.name]
-            state.pull.setdefault(target.name, [])
             state.rewrites.append(f"joined {' -> '.join(path)}")
         column = target.column(ref.name).name if target.column(ref.name) else ref.name
-        ref.node.set("table", exp.to_identifier(joined[key]))
+        ref.node.set("table", exp.to_identifier(joined[target.name]))
         ref.node.set("db", None)
         ref.node.set("catalog", None)
         state.rewrites.append(f"{ref.text} -> {ref.node.sql(dialect=state.dialect)}")
-        if column not in state.pull[target.name]:
-            state.pull[target.name].append(column)
+        if column not in (pulled := state.pull.setdefault(target.name, [])):
+            pulled.append(column)
         ref.table, ref.problem, ref.handled = target, None, True
         if "add_joins" not in state.fired:
             state.fired.append("add_joins")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dspy
 
 from reflect_sql.signatures.question import AboutAQuestion
-from reflect_sql.signatures.scales import RETRIEVAL_SCALE, Score10
+from reflect_sql.signatures.scales import RETRIEVAL_SCALE, SHORT_LIST, Score10
 
 
 class RetrievalJudge(AboutAQuestion):
@@ -31,7 +31,7 @@ class RetrievalJudge(AboutAQuestion):
     diagnosis: str = dspy.InputField(desc="What an earlier attempt got wrong; empty on the first attempt.")
 
     missing_aspects: list[str] = dspy.OutputField(
-        desc="Concrete things the SQL needs that the context lacks; [] when nothing is missing."
+        desc=f"{SHORT_LIST}: concrete things the SQL needs that the context lacks; [] when nothing is missing."
     )
     relevance: Score10 = dspy.OutputField(desc=RETRIEVAL_SCALE.describe(
         "R", {1: "unrelated", 5: "partly related", 10: "every element relevant"}))

@@ -60,7 +60,9 @@ Score5 = int
 # 100 keeps a line that names the column or join in question.
 ONE_LINE = "One short line"
 ONE_LINE_CHARS = 100
-# A list a judge writes (the retrieval judge's missing aspects) holds at most LIST_ITEMS one-line
-# items under the same schema: the 1.5B wrote "no join path from tables to order_items" 20 times
-# over until its 256-token budget ran out, twice in one demo question, and the cut reply was lost.
+# A list a judge writes (the retrieval judge's missing aspects), whose description opens with
+# SHORT_LIST, holds at most LIST_ITEMS one-line items under the same schema: the 1.5B wrote "no join
+# path from tables to order_items" 20 times over until its 256-token budget ran out, twice in one
+# demo question, and the cut reply was lost.
 LIST_ITEMS = 5
+SHORT_LIST = f"At most {LIST_ITEMS} short lines"  # opens the description of such a list

@@ -10,6 +10,7 @@ from reflect_sql.lm.adapters import (
     CountingChatAdapter,
     SharedHeadChatAdapter,
     SharedHeadJSONAdapter,
+    bounds,
     make_adapter,
     other_adapter,
     parse_head,
@@ -174,6 +175,15 @@ def test_a_json_list_is_bounded_in_items_and_item_length():
     assert schema["missing_aspects"]["type"] == "array" and schema["missing_aspects"]["maxItems"] == LIST_ITEMS
     assert schema["missing_aspects"]["items"] == {"type": "string", "maxLength": ONE_LINE_CHARS}
     assert "maxLength" not in schema["rewritten_question"]
+
+
+def test_a_list_without_the_short_list_description_is_not_bounded():
+    class ListTables(dspy.Signature):
+        question: str = dspy.InputField()
+        tables: list[str] = dspy.OutputField(desc="Every table the question needs.")
+
+    assert bounds(ListTables) == {}
+    assert set(bounds(RetrievalJudge)) == {"missing_aspects", "relevance", "completeness"}
 
 
 def test_dspy_own_json_adapter_stays_unbounded_after_a_bounded_call():

@@ -225,6 +225,57 @@ def test_a_chain_through_a_table_the_query_has_goes_through_its_alias(tmp_path):
         assert engine.execute(outcome.sql).rows == [(1, 3), (2, 5)]
 
 
+def test_tables_this_rule_joined_are_reused_by_later_references(tmp_path):
+    """o.category_id joins menu_items; o.label then needs categories, one hop further: it goes on
+    from that menu_items instead of joining a second one (which would make every column ambiguous)."""
+    import sqlite3
+
+    from reflect_sql.db import open_engine
+    from reflect_sql.programs import schema_repair
+
+    path = tmp_path / "orders.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript("""
+            CREATE TABLE categories (id INTEGER PRIMARY KEY, label TEXT);
+            CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER REFERENCES categories(id));
+            CREATE TABLE orders (id INTEGER PRIMARY KEY, shift TEXT);
+            CREATE TABLE order_items (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES orders(id),
+                                      menu_item_id INTEGER REFERENCES menu_items(id), qty INTEGER);
+            INSERT INTO categories VALUES (1, 'mains'), (2, 'desserts');
+            INSERT INTO menu_items VALUES (10, 1), (20, 2);
+            INSERT INTO orders VALUES (1, 'DINNER');
+            INSERT INTO order_items VALUES (1, 1, 10, 2), (2, 1, 20, 5);
+        """)
+    sql = ("SELECT o.category_id, o.label, SUM(oi.qty) FROM orders AS o JOIN order_items AS oi ON o.id = oi.order_id "
+           "GROUP BY o.category_id, o.label ORDER BY o.category_id")
+    with open_engine(str(path), Settings()) as engine:
+        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        joins = [r for r in outcome.rewrites if r.startswith("joined")]
+        assert joins == ["joined order_items -> menu_items", "joined menu_items -> categories"]
+        assert outcome.sql.count("JOIN menu_items") == 1 and outcome.sql.count("JOIN categories") == 1
+        assert engine.execute(outcome.sql).rows == [(1, "mains", 2), (2, "desserts", 5)]
+
+
+def test_a_chain_leaving_a_table_the_query_uses_twice_is_explained_not_joined(tmp_path):
+    import sqlite3
+
+    from reflect_sql.db import open_engine
+    from reflect_sql.programs import schema_repair
+
+    path = tmp_path / "orders.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript("""
+            CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER);
+            CREATE TABLE order_items (id INTEGER PRIMARY KEY, menu_item_id INTEGER REFERENCES menu_items(id),
+                                      parent_id INTEGER);
+        """)
+    sql = ("SELECT a.category_id FROM order_items AS a JOIN order_items AS b ON a.parent_id = b.id")
+    with open_engine(str(path), Settings()) as engine:
+        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        assert not any(r.startswith("joined") for r in outcome.rewrites)
+        assert "menu_items" in outcome.feedback() and "JOIN menu_items" not in (outcome.sql or "")
+
+
 def test_a_join_with_two_possible_links_is_explained_not_guessed(run, helpers):
     sql = "SELECT s.superhero_name FROM superhero AS s WHERE s.colour = 'Blue'"  # eye, hair or skin colour?
     fixed = ("SELECT s.superhero_name FROM superhero AS s JOIN colour AS c ON s.eye_colour_id = c.id "
