@@ -38,6 +38,8 @@ from reflect_sql.programs.retriever import SchemaRetriever
 from reflect_sql.settings import Settings
 
 COMPILED_DIR = Path(__file__).resolve().parent / "compiled"
+# The optimizers of ``reflect-sql compile`` (optimize/config.py) that rewrite a predictor's instructions.
+WRITES_INSTRUCTIONS = ("mipro",)
 NONE = "none"
 
 
@@ -182,9 +184,13 @@ def load_state(program: Any, state: dict[str, Any], mode: str | None = None, whe
     its predictors ask in the same form).
 
     Predictors are matched by path, and, for a file of another ``mode``, by role (signature name).
+    A file written by ``reflect-sql compile`` brings demos (and a MIPROv2 compile its instructions);
+    the field descriptions are always the code's.
     """
     names = {path: p.signature.__name__ for path, p in program.named_predictors()}
     saved = {k: v for k, v in state.items() if k != "metadata"}
+    # Files from ``reflect-sql compile`` name their optimizer; any other saved DSPy program loads as DSPy loads it.
+    optimizer = ((state.get("metadata") or {}).get("reflect_sql") or {}).get("optimizer")
     other_mode = mode is not None and set(roles(mode)) != set(names)
     by_role = {name: path for path, name in roles(mode).items() if path in saved} if other_mode else {}
     left = []
@@ -201,7 +207,16 @@ def load_state(program: Any, state: dict[str, Any], mode: str | None = None, whe
                 raise UserError(f"{where} lacks the state of predictor '{path}' of the {type(program).__name__} program")
             left.append(path)
             continue
+        written = predictor.signature
         predictor.load_state(copy.deepcopy(saved[source]))
+        if optimizer is not None:
+            # A file saves each signature as the code had it on the day of the compile, and DSPy's
+            # load puts that text back: the shipped program kept the retrieval judge's old field
+            # descriptions after the code changed them. The code's signature stays; a file brings
+            # its demos, and its instructions only from an optimizer that writes instructions.
+            instructions = predictor.signature.instructions
+            predictor.signature = written.with_instructions(instructions) if optimizer in WRITES_INSTRUCTIONS \
+                else written
     if len(left) == len(names):
         raise UserError(f"{where} ({mode} program) has no predictor of the {type(program).__name__} program")
     keep_signature_names(program, names)

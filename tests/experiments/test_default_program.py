@@ -322,3 +322,38 @@ def test_each_shipped_program_is_named_by_its_lm_and_runs_offline(path, monkeypa
         finally:
             factory.close()
         assert factory.program.sha256 == choice.sha256 and prediction.sql
+
+
+@pytest.mark.parametrize("optimizer", ["labeled", "mipro", None])
+def test_a_file_brings_demos_and_only_an_instruction_optimizer_brings_instructions(optimizer, tmp_path):
+    """A compiled file saves each signature's text as it was on the day of the compile; the code's
+    field descriptions win, and its instructions unless the optimizer wrote them. A DSPy program
+    saved by other means (no optimizer recorded) loads as DSPy loads it."""
+    from reflect_sql.optimize.config import OPTIMIZERS
+    from reflect_sql.optimize.program_io import load_program, skeleton
+
+    assert set(shipped.WRITES_INSTRUCTIONS) <= set(OPTIMIZERS)
+    path = save_compiled(tmp_path / "p.json", LM)
+    state = json.loads(path.read_text())
+    saved = state["synthesis_loop.generator"]["signature"]
+    saved["instructions"] = "Old instructions."
+    for field in saved["fields"]:
+        field["description"] = "An old description."
+    if optimizer is None:
+        del state["metadata"]["reflect_sql"]["optimizer"]
+    else:
+        state["metadata"]["reflect_sql"]["optimizer"] = optimizer
+    path.write_text(json.dumps(state))
+
+    loaded, _ = load_program(path)
+    generator = loaded.synthesis_loop.generator
+    code = dict(skeleton("reflect").named_predictors())["synthesis_loop.generator"].signature
+    assert generator.demos[0]["question"] == MARKER and generator.signature.__name__ == "GenerateSQL"
+    descriptions = {n: f.json_schema_extra["desc"] for n, f in generator.signature.fields.items()}
+    if optimizer is None:
+        assert generator.signature.instructions == "Old instructions."
+        assert set(descriptions.values()) == {"An old description."}
+    else:
+        assert descriptions == {n: f.json_schema_extra["desc"] for n, f in code.fields.items()}
+        expected = "Old instructions." if optimizer == "mipro" else code.instructions
+        assert generator.signature.instructions == expected
