@@ -14,6 +14,7 @@ rebuild return without importing chromadb or the embedder at all.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,19 +42,24 @@ class SyncReport:
 
 
 _clients: dict[str, object] = {}
+# Two threads that open the same directory at once both built a client, and chroma's shared
+# system, half started by one, failed in the other ("'RustBindingsAPI' object has no attribute
+# 'bindings'", seen once in CI with threads asking while enrichment wrote).
+_clients_lock = threading.Lock()
 
 
 def client(kb_path: Path):
     """One PersistentClient per directory per process (chroma refuses differing settings twice)."""
     key = str((kb_path / CHROMA_DIR).resolve())
-    if key not in _clients:
-        # chromadb and the embedder (kb.embedding) load where used: an unchanged rebuild and a
-        # pgvector KB never need them.
-        import chromadb
-        from chromadb.config import Settings as ChromaSettings
+    with _clients_lock:
+        if key not in _clients:
+            # chromadb and the embedder (kb.embedding) load where used: an unchanged rebuild and a
+            # pgvector KB never need them.
+            import chromadb
+            from chromadb.config import Settings as ChromaSettings
 
-        _clients[key] = chromadb.PersistentClient(path=key, settings=ChromaSettings(anonymized_telemetry=False))
-    return _clients[key]
+            _clients[key] = chromadb.PersistentClient(path=key, settings=ChromaSettings(anonymized_telemetry=False))
+        return _clients[key]
 
 
 def _collection_names(chroma) -> list[str]:

@@ -134,3 +134,28 @@ def test_a_pgvector_retriever_warms_and_answers_as_it_did(both, school_db):
     assert warm.store.preload() == 0
     assert warm.retrieve(question).render() == expected
     warm.close()
+
+
+def test_threads_opening_one_kb_at_once_share_one_client(tmp_path):
+    """Threads that open a KB directory together get the one client: chroma's shared system, started
+    twice at once, failed in one of them (seen in CI while threads asked and enrichment wrote)."""
+    import threading
+
+    from reflect_sql.kb import store
+
+    start = threading.Barrier(8)
+    got, errors = [], []
+
+    def open_client():
+        start.wait()
+        try:
+            got.append(store.client(tmp_path))
+        except Exception as error:  # noqa: BLE001 - the test reports whatever a thread raised
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 8 and len({id(c) for c in got}) == 1
