@@ -81,11 +81,11 @@ class SharedHeadLayout:
         # carrying its own question, a 1.5B given only "see the start" answered the last demo's
         # question on all three demo questions. Only the long schema context is left in the head.
         rest = {k: v for k, v in inputs.items() if k not in LONG_HEAD_FIELDS}
-        long_names = [f"`{n}`" for n in head if n in LONG_HEAD_FIELDS]
-        note = f"({', '.join(long_names)} of this question is given at the start of this conversation.)"
+        long_names = ", ".join(f"`{n}`" for n in head if n in LONG_HEAD_FIELDS)
+        note = f"({long_names} of this question is given at the start of this conversation.)" if long_names else ""
         messages[0] = {**messages[0], "content": render_head(head) + "\n\n" + messages[0]["content"]}
         messages[-1] = {**messages[-1], "content": self.format_user_message_content(
-            signature, rest, prefix=note if long_names else "", main_request=True)}
+            signature, rest, prefix=note, main_request=True)}
         return messages
 
 

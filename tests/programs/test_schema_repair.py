@@ -2,6 +2,9 @@
 database read in place, with a scripted LM: what the rules rewrite without an LM call, what they add
 to the repairer's error and context, and that each setting switched off gives back the engine's
 error alone."""
+import contextlib
+import sqlite3
+
 import dspy
 import pytest
 
@@ -154,6 +157,25 @@ def test_pull_tables_names_the_join_path_without_a_kb(run, helpers):
     assert "Join superpower through superhero -> hero_power -> superpower" in repair["error"]
 
 
+@contextlib.contextmanager
+def hand_built(tmp_path, script: str):
+    """An engine on a SQLite file made by ``script``."""
+    from reflect_sql.db import open_engine
+
+    path = tmp_path / "hand_built.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(script)
+    with open_engine(str(path), Settings()) as engine:
+        yield engine
+
+
+def repaired(engine, sql: str):
+    """The schema-grounded rules' outcome for ``sql``, which fails on ``engine``."""
+    from reflect_sql.programs import schema_repair
+
+    return schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+
+
 # --- rule 2a: join in a table the query lacks ------------------------------------------------------
 
 def test_a_column_of_a_table_outside_the_query_is_joined_in_without_an_lm_call(run, engine, helpers):
@@ -172,25 +194,17 @@ def test_a_column_of_a_table_outside_the_query_is_joined_in_without_an_lm_call(r
 def test_a_column_written_on_a_query_table_is_joined_from_that_table(tmp_path):
     """oi.category_id: order_items lacks it, menu_items has it. Joined from categories (the first table
     by name) order_items would stay unjoined; joined from oi's own table the query is right."""
-    import sqlite3
-
-    from reflect_sql.db import open_engine
-    from reflect_sql.programs import schema_repair
-
-    path = tmp_path / "menu.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.executescript("""
+    sql = ("SELECT c.name, SUM(oi.qty) FROM categories AS c JOIN order_items AS oi ON c.id = oi.category_id "
+           "GROUP BY c.name ORDER BY c.name")
+    with hand_built(tmp_path, """
             CREATE TABLE categories (id INTEGER PRIMARY KEY, name TEXT);
             CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER REFERENCES categories(id));
             CREATE TABLE order_items (id INTEGER PRIMARY KEY, menu_item_id INTEGER REFERENCES menu_items(id), qty INTEGER);
             INSERT INTO categories VALUES (1, 'mains'), (2, 'desserts');
             INSERT INTO menu_items VALUES (10, 1), (20, 2);
             INSERT INTO order_items VALUES (1, 10, 2), (2, 20, 5), (3, 10, 1);
-        """)
-    sql = ("SELECT c.name, SUM(oi.qty) FROM categories AS c JOIN order_items AS oi ON c.id = oi.category_id "
-           "GROUP BY c.name ORDER BY c.name")
-    with open_engine(str(path), Settings()) as engine:
-        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        """) as engine:
+        outcome = repaired(engine, sql)
         assert outcome.rewrites == ["joined order_items -> menu_items", "oi.category_id -> menu_items.category_id"]
         assert "INNER JOIN menu_items AS menu_items ON oi.menu_item_id = menu_items.id" in outcome.sql
         assert engine.execute(outcome.sql).rows == [("desserts", 5), ("mains", 3)]
@@ -200,14 +214,9 @@ def test_a_chain_through_a_table_the_query_has_goes_through_its_alias(tmp_path):
     """o.category_id: orders lacks it; the chain orders -> order_items -> menu_items passes order_items,
     which the query has as oi. Joining a second order_items would count each line once per line of
     its order."""
-    import sqlite3
-
-    from reflect_sql.db import open_engine
-    from reflect_sql.programs import schema_repair
-
-    path = tmp_path / "orders.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.executescript("""
+    sql = ("SELECT o.category_id, SUM(oi.qty) FROM orders AS o JOIN order_items AS oi ON o.id = oi.order_id "
+           "WHERE o.shift = 'DINNER' GROUP BY o.category_id ORDER BY o.category_id")
+    with hand_built(tmp_path, """
             CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER);
             CREATE TABLE orders (id INTEGER PRIMARY KEY, shift TEXT);
             CREATE TABLE order_items (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES orders(id),
@@ -215,11 +224,8 @@ def test_a_chain_through_a_table_the_query_has_goes_through_its_alias(tmp_path):
             INSERT INTO menu_items VALUES (10, 1), (20, 2);
             INSERT INTO orders VALUES (1, 'DINNER'), (2, 'LUNCH');
             INSERT INTO order_items VALUES (1, 1, 10, 2), (2, 1, 20, 5), (3, 1, 10, 1), (4, 2, 10, 7);
-        """)
-    sql = ("SELECT o.category_id, SUM(oi.qty) FROM orders AS o JOIN order_items AS oi ON o.id = oi.order_id "
-           "WHERE o.shift = 'DINNER' GROUP BY o.category_id ORDER BY o.category_id")
-    with open_engine(str(path), Settings()) as engine:
-        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        """) as engine:
+        outcome = repaired(engine, sql)
         assert outcome.rewrites[0] == "joined order_items -> menu_items"
         assert outcome.sql.count("order_items") == 1
         assert engine.execute(outcome.sql).rows == [(1, 3), (2, 5)]
@@ -228,14 +234,9 @@ def test_a_chain_through_a_table_the_query_has_goes_through_its_alias(tmp_path):
 def test_tables_this_rule_joined_are_reused_by_later_references(tmp_path):
     """o.category_id joins menu_items; o.label then needs categories, one hop further: it goes on
     from that menu_items instead of joining a second one (which would make every column ambiguous)."""
-    import sqlite3
-
-    from reflect_sql.db import open_engine
-    from reflect_sql.programs import schema_repair
-
-    path = tmp_path / "orders.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.executescript("""
+    sql = ("SELECT o.category_id, o.label, SUM(oi.qty) FROM orders AS o JOIN order_items AS oi ON o.id = oi.order_id "
+           "GROUP BY o.category_id, o.label ORDER BY o.category_id")
+    with hand_built(tmp_path, """
             CREATE TABLE categories (id INTEGER PRIMARY KEY, label TEXT);
             CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER REFERENCES categories(id));
             CREATE TABLE orders (id INTEGER PRIMARY KEY, shift TEXT);
@@ -245,11 +246,8 @@ def test_tables_this_rule_joined_are_reused_by_later_references(tmp_path):
             INSERT INTO menu_items VALUES (10, 1), (20, 2);
             INSERT INTO orders VALUES (1, 'DINNER');
             INSERT INTO order_items VALUES (1, 1, 10, 2), (2, 1, 20, 5);
-        """)
-    sql = ("SELECT o.category_id, o.label, SUM(oi.qty) FROM orders AS o JOIN order_items AS oi ON o.id = oi.order_id "
-           "GROUP BY o.category_id, o.label ORDER BY o.category_id")
-    with open_engine(str(path), Settings()) as engine:
-        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        """) as engine:
+        outcome = repaired(engine, sql)
         joins = [r for r in outcome.rewrites if r.startswith("joined")]
         assert joins == ["joined order_items -> menu_items", "joined menu_items -> categories"]
         assert outcome.sql.count("JOIN menu_items") == 1 and outcome.sql.count("JOIN categories") == 1
@@ -257,21 +255,13 @@ def test_tables_this_rule_joined_are_reused_by_later_references(tmp_path):
 
 
 def test_a_chain_leaving_a_table_the_query_uses_twice_is_explained_not_joined(tmp_path):
-    import sqlite3
-
-    from reflect_sql.db import open_engine
-    from reflect_sql.programs import schema_repair
-
-    path = tmp_path / "orders.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.executescript("""
+    sql = ("SELECT a.category_id FROM order_items AS a JOIN order_items AS b ON a.parent_id = b.id")
+    with hand_built(tmp_path, """
             CREATE TABLE menu_items (id INTEGER PRIMARY KEY, category_id INTEGER);
             CREATE TABLE order_items (id INTEGER PRIMARY KEY, menu_item_id INTEGER REFERENCES menu_items(id),
                                       parent_id INTEGER);
-        """)
-    sql = ("SELECT a.category_id FROM order_items AS a JOIN order_items AS b ON a.parent_id = b.id")
-    with open_engine(str(path), Settings()) as engine:
-        outcome = schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect)
+        """) as engine:
+        outcome = repaired(engine, sql)
         assert not any(r.startswith("joined") for r in outcome.rewrites)
         assert "menu_items" in outcome.feedback() and "JOIN menu_items" not in (outcome.sql or "")
 
