@@ -683,7 +683,10 @@ def mean(values: Iterable[float | None]) -> float | None:
 # --- Cost -----------------------------------------------------------------------------------
 
 # ``seconds`` is the question's wall time in the pipeline; ``lm_seconds`` the part spent in LM calls.
-COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds", "lm_seconds")
+# The ``alone_`` keys count the calls a shared response cache served at what they first cost.
+COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "seconds", "lm_seconds",
+             "cache_hits", "alone_prompt_tokens", "alone_completion_tokens", "alone_lm_seconds", "alone_seconds",
+             "cache_hits_of_unknown_cost")
 
 
 def aggregate_cost(costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
@@ -692,8 +695,11 @@ def aggregate_cost(costs: Iterable[Mapping[str, Any] | None]) -> dict[str, Any]:
     n = 0
     for cost in costs:
         n += 1
+        cost = cost or {}
         for k in COST_KEYS:
-            totals[k] += float((cost or {}).get(k) or 0)
+            # A record written before the ledger existed shared no cache it could account for.
+            value = cost.get(k, cost.get(k.removeprefix("alone_")))
+            totals[k] += float(value or 0)
     out: dict[str, Any] = {"questions": n}
     for k in COST_KEYS:
         out[k] = round(totals[k], 3) if k.endswith("seconds") else int(totals[k])

@@ -31,17 +31,31 @@ def ablation_markdown(rows: Sequence[tuple[str, Mapping[str, Any]]], baseline: s
     base = dict(rows).get(baseline)
     rows = sorted(rows, key=lambda r: r[0] != baseline)  # the reference row first, the rest in given order
     names = [c for c in COLUMNS if any(r.get(c) is not None for _, r in rows)] or ["overall"]
-    head = ["Variant", *[n.capitalize() for n in names], f"Δ vs {baseline}", "LM calls/q", "s/q"]
+    head = ["Variant", *[n.capitalize() for n in names], f"Δ vs {baseline}", "LM calls/q",
+            "prompt tok/q", "completion tok/q", "s/q"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    shared = unknown = 0.0
     for name, summary in rows:
         overall, ref = summary.get("overall"), (base or {}).get("overall")
         delta = "-" if overall is None or ref is None or summary is base else f"{overall - ref:+.2f}"
-        per_q = (summary.get("cost") or {}).get("per_question") or {}
+        cost = summary.get("cost") or {}
+        per_q = cost.get("per_question") or {}
+        shared += cost.get("cache_hits") or 0
+        unknown += cost.get("cache_hits_of_unknown_cost") or 0
+
+        def cell(key: str, digits: int) -> str:
+            value = per_q.get(f"alone_{key}", per_q.get(key))
+            return "-" if value is None else f"{value:,.{digits}f}"
+
         calls = per_q.get("lm_calls")
-        secs = per_q.get("seconds")
-        cells = [name, *[_pct(summary.get(n)) for n in names], delta,
-                 "-" if calls is None else f"{calls:.1f}", "-" if secs is None else f"{secs:.1f}"]
+        cells = [name, *[_pct(summary.get(n)) for n in names], delta, "-" if calls is None else f"{calls:.1f}",
+                 cell("prompt_tokens", 0), cell("completion_tokens", 0), cell("seconds", 1)]
         lines.append("| " + " | ".join(cells) + " |")
+    if shared:
+        note = (f"\nTokens and seconds are each variant's own: the {int(shared)} calls a response cache shared "
+                "with another run served are counted at what they cost when first computed")
+        note += (f" ({int(unknown)} of them at zero: computed before the cost ledger).\n" if unknown else ".\n")
+        lines.append(note)
     return "\n".join(lines) + "\n"
 
 

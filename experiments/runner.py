@@ -103,7 +103,7 @@ def _cost(pred: Any, metered: dict[str, Any], seconds: float) -> dict[str, Any]:
     """LM calls, tokens and LM seconds as the meter around the question saw them (the program's own
     ``cost`` when nothing was metered, e.g. a program that does not go through DSPy), and wall time."""
     source = metered if metered.get("lm_calls") else (_field(pred, "cost") or {})
-    return {
+    cost = {
         "lm_calls": int(source.get("lm_calls") or 0),
         "prompt_tokens": int(source.get("prompt_tokens") or 0),
         "completion_tokens": int(source.get("completion_tokens") or 0),
@@ -113,6 +113,16 @@ def _cost(pred: Any, metered: dict[str, Any], seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "cache_hits": int(metered.get("cache_hits") or 0),
     }
+    # Had no response cache been shared with an earlier run: its hits at what they first cost.
+    lm_alone = float(metered.get("alone_seconds") or cost["lm_seconds"])
+    cost.update({
+        "alone_prompt_tokens": int(source.get("alone_prompt_tokens") or cost["prompt_tokens"]),
+        "alone_completion_tokens": int(source.get("alone_completion_tokens") or cost["completion_tokens"]),
+        "alone_lm_seconds": round(lm_alone, 3),
+        "alone_seconds": round(seconds + lm_alone - cost["lm_seconds"], 3),
+        "cache_hits_of_unknown_cost": int(metered.get("cache_hits_of_unknown_cost") or 0),
+    })
+    return cost
 
 
 def evaluate_question(fmt: str, q: Question, program: Callable[..., Any], score_timeout_s: float,

@@ -25,6 +25,8 @@ from typing import Iterable, Iterator
 
 import dspy
 
+from reflect_sql.lm.cost_ledger import FirstCost
+
 _SCOPE_KEY = "reflect_sql_lm_scope"
 _METERS_KEY = "reflect_sql_meters"
 
@@ -42,6 +44,8 @@ class CallRecord:
     cache_hit: bool  # served by DSPy's response cache: no model call, no tokens billed
     replayed: bool  # served by a cassette: tokens and seconds are those recorded
     failure: str | None = None  # LMFailure kind when the call raised ("error" for anything else)
+    # A cache hit: what the call cost when first computed (``lm.cost_ledger``); None when unknown.
+    first_cost: FirstCost | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,7 +99,10 @@ def note_adapter_fallback() -> None:
 
 def _totals(records: Iterable[CallRecord]) -> dict:
     out = {"lm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cached_prompt_tokens": 0,
-           "seconds": 0.0, "cache_hits": 0, "replays": 0, "failures": 0}
+           "seconds": 0.0, "cache_hits": 0, "replays": 0, "failures": 0,
+           # The same as if no response cache had been shared: cache hits at their first cost.
+           "alone_prompt_tokens": 0, "alone_completion_tokens": 0, "alone_seconds": 0.0,
+           "cache_hits_of_unknown_cost": 0}
     for r in records:
         out["lm_calls"] += 1
         out["prompt_tokens"] += r.prompt_tokens
@@ -105,7 +112,13 @@ def _totals(records: Iterable[CallRecord]) -> dict:
         out["cache_hits"] += int(r.cache_hit)
         out["replays"] += int(r.replayed)
         out["failures"] += int(r.failure is not None)
+        first = r.first_cost or FirstCost(0, 0, 0.0)
+        out["alone_prompt_tokens"] += r.prompt_tokens + first.prompt_tokens
+        out["alone_completion_tokens"] += r.completion_tokens + first.completion_tokens
+        out["alone_seconds"] += r.seconds + first.seconds
+        out["cache_hits_of_unknown_cost"] += int(r.cache_hit and r.first_cost is None)
     out["seconds"] = round(out["seconds"], 3)
+    out["alone_seconds"] = round(out["alone_seconds"], 3)
     return out
 
 

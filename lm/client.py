@@ -22,6 +22,7 @@ from dspy.utils.callback import with_callbacks
 
 from reflect_sql.lm.accounting import CallRecord, current_predictor, current_scope, publish
 from reflect_sql.lm.cassette import Cassette, normalise, request_hash
+from reflect_sql.lm.cost_ledger import CostLedger, FirstCost
 from reflect_sql.lm.failures import LMFailure, classify
 
 
@@ -41,14 +42,23 @@ def _int(value) -> int:
 
 
 class ReflectLM(dspy.LM):
-    """dspy.LM plus per-call accounting and an optional cassette. ``role`` labels the records."""
+    """dspy.LM plus per-call accounting, an optional cassette and an optional ledger of what cached
+    responses first cost. ``role`` labels the records."""
 
-    def __init__(self, model: str, *, role: str | None = None, cassette: Cassette | None = None, **kwargs):
+    def __init__(self, model: str, *, role: str | None = None, cassette: Cassette | None = None,
+                 ledger: CostLedger | None = None, **kwargs):
         super().__init__(model, **kwargs)
         self.role = role
         self.cassette = cassette
+        self.ledger = ledger
 
-    def _record(self, *, usage: dict, seconds: float, cache_hit=False, replayed=False, failure=None) -> None:
+    def _request_key(self, call) -> str | None:
+        if self.cassette is None and self.ledger is None:
+            return None
+        return request_hash(_payload(call))
+
+    def _record(self, *, usage: dict, seconds: float, cache_hit=False, replayed=False, failure=None,
+                first_cost: FirstCost | None = None) -> None:
         details = usage.get("prompt_tokens_details") or {}
         publish(CallRecord(
             model=self.model,
@@ -62,15 +72,12 @@ class ReflectLM(dspy.LM):
             cache_hit=cache_hit,
             replayed=replayed,
             failure=failure,
+            first_cost=first_cost,
         ))
 
-    def _replay(self, call) -> tuple[str | None, CallResult | None]:
-        if self.cassette is None:
-            return None, None
-        payload = _payload(call)
-        key = request_hash(payload)
-        if not self.cassette.replaying:
-            return key, None
+    def _replay(self, key: str | None) -> CallResult | None:
+        if self.cassette is None or not self.cassette.replaying:
+            return None
         try:
             entry = self.cassette.get(key, self.model)
         except Exception as exc:
@@ -83,12 +90,19 @@ class ReflectLM(dspy.LM):
             raise LMFailure(failure["kind"], failure["message"], model=self.model)
         result = CallResult.load(entry["result"])
         self._record(usage=entry.get("usage") or {}, seconds=seconds, replayed=True)
-        return key, result
+        return result
 
     def _finish(self, call, key, result: CallResult, seconds: float) -> None:
         usage = {} if result.cache_hit else dict(result.usage or {})
-        self._record(usage=usage, seconds=seconds, cache_hit=result.cache_hit)
-        if key is not None and not self.cassette.replaying:
+        first_cost = None
+        if self.ledger is not None:
+            if result.cache_hit:
+                first_cost = self.ledger.get(key)
+            else:
+                self.ledger.put(key, FirstCost(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")),
+                                               round(seconds, 4)))
+        self._record(usage=usage, seconds=seconds, cache_hit=result.cache_hit, first_cost=first_cost)
+        if self.cassette is not None and not self.cassette.replaying:
             self.cassette.put(key, {
                 "model": self.model,
                 "request": normalise(_payload(call)),
@@ -102,7 +116,7 @@ class ReflectLM(dspy.LM):
         self._record(usage={}, seconds=seconds, failure=failure.kind if failure else "error")
         # A replay must fail where the recorded run failed, but an answer recorded for the same
         # request (an earlier or concurrent success) is worth more than the failure.
-        if failure is not None and key is not None and not self.cassette.replaying:
+        if failure is not None and self.cassette is not None and not self.cassette.replaying:
             if not self.cassette.path(key).exists():
                 self.cassette.put(key, {
                     "model": self.model,
@@ -114,7 +128,8 @@ class ReflectLM(dspy.LM):
     @with_callbacks
     def __call__(self, prompt=None, *, messages=None, **kwargs):
         call = prepare(self, prompt, messages, kwargs)
-        key, result = self._replay(call)
+        key = self._request_key(call)
+        result = self._replay(key)
         if result is None:
             started = time.perf_counter()
             try:
@@ -128,7 +143,8 @@ class ReflectLM(dspy.LM):
     @with_callbacks
     async def acall(self, prompt=None, *, messages=None, **kwargs):
         call = await asyncio.to_thread(prepare, self, prompt, messages, kwargs, asynchronous=True)
-        key, result = self._replay(call)
+        key = self._request_key(call)
+        result = self._replay(key)
         if result is None:
             started = time.perf_counter()
             try:

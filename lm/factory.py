@@ -16,6 +16,7 @@ from dspy.utils.exceptions import LMError
 from reflect_sql.errors import UserError
 from reflect_sql.lm.cassette import Cassette
 from reflect_sql.lm.client import ReflectLM
+from reflect_sql.lm.cost_ledger import CostLedger
 from reflect_sql.lm.local_engine import LOCAL_PREFIX, AsyncLocalEngine, LocalEngine, local_model_name
 
 ROLES = ("generator", "judge")
@@ -31,12 +32,14 @@ def make_cassette(settings) -> Cassette | None:
     return None
 
 
-def make_lm(model_name: str, settings, role: str = "generator", *, cassette: Cassette | None = None) -> ReflectLM:
+def make_lm(model_name: str, settings, role: str = "generator", *, cassette: Cassette | None = None,
+            ledger: CostLedger | None = None) -> ReflectLM:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, not {role!r}")
     common = dict(
         role=role,
         cassette=cassette,
+        ledger=ledger,
         temperature=settings.lm_temperature,
         max_tokens=settings.lm_max_tokens,
         cache=settings.lm_cache,
@@ -80,6 +83,8 @@ def configure_lms(settings) -> tuple[ReflectLM, ReflectLM]:
     histories and accounting stay apart; the judge defaults to the generator's model."""
     configure_cache(settings)
     cassette = make_cassette(settings)
-    generator = make_lm(settings.lm, settings, "generator", cassette=cassette)
-    judge = make_lm(settings.effective_judge_lm, settings, "judge", cassette=cassette)
+    # Beside a shared response cache, what its responses first cost (ablations sharing one cache).
+    ledger = CostLedger(settings.cache_dir) if settings.lm_cache else None
+    generator = make_lm(settings.lm, settings, "generator", cassette=cassette, ledger=ledger)
+    judge = make_lm(settings.effective_judge_lm, settings, "judge", cassette=cassette, ledger=ledger)
     return generator, judge

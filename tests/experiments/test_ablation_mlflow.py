@@ -43,7 +43,8 @@ def test_ablation_table_charts_and_nested_mlflow_runs(ablation_set, tmp_path):
     out = tmp_path / "abl"
     result = run_ablation(ablation_set, out, progress=False, factory_for=variant_factory)
     table = (out / "ablation.md").read_text()
-    assert "| Variant | Simple | Moderate | Challenging | Overall | Δ vs full | LM calls/q | s/q |" in table
+    assert ("| Variant | Simple | Moderate | Challenging | Overall | Δ vs full | LM calls/q | prompt tok/q | "
+            "completion tok/q | s/q |") in table
     assert "| full | 100.00 | 100.00 | 100.00 | 100.00 | - | 5.0 |" in table
     assert "| no_entailment | 100.00 | 0.00 | 100.00 | 66.67 | -33.33 | 3.0 |" in table
     for chart in ("ablation.png", "accuracy_vs_cost.png"):

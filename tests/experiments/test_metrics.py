@@ -114,3 +114,22 @@ def test_aggregate_cost_totals_and_means():
     out = aggregate_cost(costs)
     assert out["questions"] == 3 and out["lm_calls"] == 4 and out["prompt_tokens"] == 150
     assert out["per_question"]["seconds"] == pytest.approx(2 / 3, abs=1e-3)
+    # Records written before the cost ledger have no alone_ keys: they shared nothing they could count.
+    assert out["alone_prompt_tokens"] == 150 and out["per_question"]["alone_seconds"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_ablation_table_counts_shared_cache_hits_at_their_first_cost():
+    from reflect_sql.experiments.report import ablation_markdown
+
+    def summary(overall, alone_seconds, hits, unknown=0):
+        costs = [{"lm_calls": 4, "prompt_tokens": 10, "completion_tokens": 1, "seconds": 2.0, "lm_seconds": 1.5,
+                  "cache_hits": hits, "alone_prompt_tokens": 900, "alone_completion_tokens": 90,
+                  "alone_lm_seconds": alone_seconds - 0.5, "alone_seconds": alone_seconds,
+                  "cache_hits_of_unknown_cost": unknown}]
+        return {"overall": overall, "cost": aggregate_cost(costs)}
+
+    table = ablation_markdown([("single", summary(10.0, 30.0, 0)), ("full", summary(60.0, 180.0, 3, unknown=1))])
+    assert "| full | 60.00 | +50.00 | 4.0 | 900 | 90 | 180.0 |" in table
+    assert "the 3 calls a response cache shared" in table and "(1 of them at zero" in table
+    alone = ablation_markdown([("single", summary(10.0, 30.0, 0))])
+    assert "response cache" not in alone

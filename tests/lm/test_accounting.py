@@ -178,3 +178,43 @@ def test_string_and_chain_of_thought_predictors_are_named_by_attribute():
     assert (first.sql, first.score, second.score) == ("SELECT 1", 3, 8)
     assert [r.predictor for r in meter.records] == ["generate", "judge", "generate", "judge"]
     assert [name for name, _ in lm.calls] == ["generate", "judge", "generate", "judge"]
+
+
+def test_a_cache_hit_is_also_counted_at_what_it_first_cost(tmp_path):
+    from reflect_sql.lm.cost_ledger import CostLedger
+
+    judge = dspy.Predict(JudgeSQL)
+    # Two runs sharing one response cache, as two variants of an ablation do.
+    first = ScriptedLM(_script, cache=True, ledger=CostLedger(tmp_path))
+    with dspy.context(lm=first), CostMeter() as earlier:
+        judge(sql="SELECT 'ledger'")
+    computed = earlier.records[0]
+    assert not computed.cache_hit and computed.prompt_tokens > 20
+
+    second = ScriptedLM(_script, cache=True, ledger=CostLedger(tmp_path))  # a new process reads the file
+    with dspy.context(lm=second), CostMeter() as later:
+        judge(sql="SELECT 'ledger'")
+        judge(sql="SELECT 'ledger, new'")
+    hit, fresh = later.records
+    assert hit.cache_hit and hit.prompt_tokens == 0
+    assert hit.first_cost.prompt_tokens == computed.prompt_tokens
+    assert hit.first_cost.completion_tokens == computed.completion_tokens
+    assert hit.first_cost.seconds == pytest.approx(computed.seconds, abs=1e-3)
+    summary = later.summary()
+    assert summary["prompt_tokens"] == fresh.prompt_tokens
+    assert summary["alone_prompt_tokens"] == fresh.prompt_tokens + computed.prompt_tokens
+    assert summary["alone_completion_tokens"] == fresh.completion_tokens + computed.completion_tokens
+    assert summary["cache_hits_of_unknown_cost"] == 0
+
+
+def test_a_cache_hit_computed_before_the_ledger_is_of_unknown_cost(tmp_path):
+    from reflect_sql.lm.cost_ledger import CostLedger
+
+    judge = dspy.Predict(JudgeSQL)
+    with dspy.context(lm=ScriptedLM(_script, cache=True)):
+        judge(sql="SELECT 'before the ledger'")
+    with dspy.context(lm=ScriptedLM(_script, cache=True, ledger=CostLedger(tmp_path))), CostMeter() as meter:
+        judge(sql="SELECT 'before the ledger'")
+    summary = meter.summary()
+    assert summary["cache_hits"] == 1 and summary["cache_hits_of_unknown_cost"] == 1
+    assert summary["alone_prompt_tokens"] == 0
