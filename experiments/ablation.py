@@ -58,10 +58,21 @@ def run_ablation(
     progress: bool = True,
     factory_for: Callable[[EvalConfig, Path], Any] | None = None,
     program: str | Path | None = None,
+    step: int | None = None,
 ) -> dict[str, Any]:
     """Run every variant (resuming any finished part) and write the table and charts. Each variant
-    runs the compiled ``program`` (``--program``; None: the one shipped for its generator LM)."""
+    runs the compiled ``program`` (``--program``; None: the one shipped for its generator LM).
+
+    ``step``: run the variants ``step`` questions at a time (the first ``step`` questions in every
+    variant, then the next ``step``, ...) and rewrite the table after each round, so that an
+    ablation stopped after hours has every variant on the same questions and a table of them."""
     name, baseline, configs = load_ablation(path, sets, limit)
+    if step is not None and step < 1:
+        raise UserError(f"--step must be a positive number of questions, not {step}")
+    rounds: list[int | None] = [limit]
+    if step is not None:
+        total = len(configs[0].dataset.load())
+        rounds = [*range(step, total, step), total]
     out = Path(out)
     (out / "charts").mkdir(parents=True, exist_ok=True)
     use_mlflow = mlflow and configs[0].mlflow_enabled
@@ -70,22 +81,20 @@ def run_ablation(
         tracking.enable_autolog(configs[0])
         parent = tracking.AblationRun(configs[0], name, out)
         parent.begin({"baseline": baseline, "variants": ",".join(c.name for c in configs)})
-    rows: list[tuple[str, dict[str, Any]]] = []
     reopened = False
     try:
-        for config in configs:
-            run_dir = out / config.name
-            factory = factory_for(config, run_dir) if factory_for else None
-            tracker = parent.variant(config) if parent is not None else None
-            rows.append((config.name, run_eval(config, run_dir, factory, progress=progress,
-                                               program=None if factory else program, tracker=tracker)))
-            reopened = reopened or (tracker is not None and tracker.opened)
-        table = ablation_markdown(rows, baseline)
-        (out / "ablation.md").write_text(f"# {name}\n\n{table}", encoding="utf-8")
-        (out / "ablation.json").write_text(json.dumps({"name": name, "baseline": baseline, "variants": dict(rows)},
-                                                      indent=2) + "\n", encoding="utf-8")
-        ablation_bar_chart(rows, out / "charts" / "ablation.png")
-        accuracy_cost_chart(rows, out / "charts" / "accuracy_vs_cost.png")
+        for round_limit in rounds:
+            if step is not None:
+                configs = load_ablation(path, sets, round_limit)[2]
+            rows: list[tuple[str, dict[str, Any]]] = []
+            for config in configs:
+                run_dir = out / config.name
+                factory = factory_for(config, run_dir) if factory_for else None
+                tracker = parent.variant(config) if parent is not None else None
+                rows.append((config.name, run_eval(config, run_dir, factory, progress=progress,
+                                                   program=None if factory else program, tracker=tracker)))
+                reopened = reopened or (tracker is not None and tracker.opened)
+            table = _write_table(out, name, baseline, rows)
         if parent is not None:
             parent.finish(reopened)
     except BaseException as exc:
@@ -93,3 +102,13 @@ def run_ablation(
             parent.abort(exc)
         raise
     return {"name": name, "baseline": baseline, "table": table, "variants": dict(rows)}
+
+
+def _write_table(out: Path, name: str, baseline: str, rows: list[tuple[str, dict[str, Any]]]) -> str:
+    table = ablation_markdown(rows, baseline)
+    (out / "ablation.md").write_text(f"# {name}\n\n{table}", encoding="utf-8")
+    (out / "ablation.json").write_text(json.dumps({"name": name, "baseline": baseline, "variants": dict(rows)},
+                                                  indent=2) + "\n", encoding="utf-8")
+    ablation_bar_chart(rows, out / "charts" / "ablation.png")
+    accuracy_cost_chart(rows, out / "charts" / "accuracy_vs_cost.png")
+    return table

@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", metavar="ABLATION.yaml")
     _add_run_args(p)
     add_program_arg(p)
+    p.add_argument("--step", type=int, metavar="N",
+                   help="run every variant on N questions, then on the next N, ..., rewriting the table after each "
+                        "round: an ablation stopped early has all its variants on the same questions")
     p.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser("calibrate", help="how well each judge score predicts correctness in an eval run",
@@ -159,7 +162,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     out = args.out or _default_out("ablation")
     with stop_on_signals():
         result = run_ablation(args.config, out, sets=args.set_, limit=args.limit, mlflow=not args.no_mlflow,
-                              progress=not args.no_progress, program=args.program)
+                              progress=not args.no_progress, program=args.program, step=args.step)
     print(result["table"], end="")
     print(f"table, charts and per-variant runs in {out}")
     return 0

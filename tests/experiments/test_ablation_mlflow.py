@@ -67,6 +67,36 @@ def test_ablation_table_charts_and_nested_mlflow_runs(ablation_set, tmp_path):
     assert (tmp_path / "mlartifacts").is_dir()  # beside the sqlite store, not in the working directory
 
 
+@pytest.mark.slow
+def test_ablation_in_steps_runs_every_variant_on_the_same_questions_first(ablation_set, tmp_path):
+    order = []
+
+    def recording_factory(config, run_dir):
+        answer = variant_factory(config, run_dir)
+
+        def program(question, evidence=""):
+            order.append((config.name, question))
+            return answer(None)(question, evidence)
+        return lambda q: program
+
+    out = tmp_path / "abl"
+    stepped = run_ablation(ablation_set, out, progress=False, factory_for=recording_factory, step=2)
+    # Two questions in both variants before the third question in either.
+    assert [name for name, _ in order] == ["full", "full", "no_entailment", "no_entailment", "full", "no_entailment"]
+    assert [q for name, q in order if name == "full"] == [q for name, q in order if name == "no_entailment"]
+    assert stepped["variants"]["no_entailment"]["overall"] == 66.67
+    assert "| no_entailment | 100.00 | 0.00 | 100.00 | 66.67 | -33.33 | 3.0 |" in (out / "ablation.md").read_text()
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns.db")
+    runs = mlflow.search_runs(experiment_names=["abl-test"], output_format="list")
+    # Each round resumes the variant's own run: one MLflow run per variant, not per round.
+    assert sorted(r.info.run_name for r in runs if r.data.tags.get("kind") == "evaluation") == ["full", "no_entailment"]
+    with pytest.raises(UserError, match="--step"):
+        run_ablation(ablation_set, out, progress=False, factory_for=recording_factory, step=0)
+
+
 def test_ablation_refuses_variants_on_different_questions(ablation_set, tmp_path):
     (tmp_path / "no_entailment.yaml").write_text("extends: full.yaml\nname: no_entailment\ndataset: {limit: 1}\n")
     with pytest.raises(UserError, match="different questions"):
