@@ -48,7 +48,7 @@ class Assembly:
         a variant of the assembly's that leaves the LMs alone (a tuning trial's thresholds)."""
         program = build_program(settings or self.settings, engine, retriever, mode=mode,
                                 generator_lm=self.generator_lm, judge_lm=self.judge_lm)
-        return apply_program(program, self.choice)
+        return apply_program(program, self.choice, self.settings)
 
 
 def assemble(settings: Settings, program: str | Path | ProgramChoice | None = None,

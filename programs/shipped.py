@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from reflect_sql.db.schema import Schema
 from reflect_sql.errors import UserError
@@ -178,10 +178,25 @@ def keep_signature_names(program: Any, names: dict[str, str]) -> None:
             predictor.signature.__qualname__ = name
 
 
-def load_state(program: Any, state: dict[str, Any], mode: str | None = None, where: str | Path = "program") -> list[str]:
+def on_judge_lm(path: str) -> bool:
+    """Whether the predictor at ``path`` runs on the judge LM: each loop asks its ``judge`` there."""
+    return path.rsplit(".", 1)[-1] == "judge"
+
+
+def other_lm_predictors(choice: ProgramChoice, settings: Settings, program: Any) -> set[str]:
+    """The predictors of ``program`` that ``settings`` run on another LM than the one ``choice`` was
+    compiled for: a judge LM of its own. Demos a model chose for itself do not carry to another
+    (the 1.5B's entailment anchors took the 0.5B's AUC from 0.73 to 0.45, compiled_default.md)."""
+    if choice.bare or choice.compiled_for is None or settings.effective_judge_lm == choice.compiled_for:
+        return set()
+    return {path for path, _ in program.named_predictors() if on_judge_lm(path)}
+
+
+def load_state(program: Any, state: dict[str, Any], mode: str | None = None, where: str | Path = "program",
+               leave_bare: Collection[str] = ()) -> list[str]:
     """Load a saved program's ``state`` into ``program``, keeping the signatures' names; returns
     the paths of the predictors left bare (none when the file is of the program's own mode and
-    its predictors ask in the same form).
+    its predictors ask in the same form). The predictors in ``leave_bare`` are not loaded.
 
     Predictors are matched by path, and, for a file of another ``mode``, by role (signature name).
     A file written by ``reflect-sql compile`` brings demos (and a MIPROv2 compile its instructions);
@@ -197,6 +212,9 @@ def load_state(program: Any, state: dict[str, Any], mode: str | None = None, whe
     saved_roles = roles(mode) if mode is not None else {}
     for path, predictor in program.named_predictors():
         source = path if path in saved else by_role.get(names[path])
+        if path in leave_bare:
+            left.append(path)
+            continue
         if source is not None and saved_roles.get(source, names[path]) != names[path]:
             # The same role asked in another form (``judge_form``): the saved instructions and demos
             # are for fields this predictor does not have, so it stays bare.
@@ -225,15 +243,20 @@ def load_state(program: Any, state: dict[str, Any], mode: str | None = None, whe
 
 def bare_predictors(choice: ProgramChoice, settings: Settings, mode: str) -> list[str]:
     """The predictors of the ``mode`` program under ``settings`` that run bare although ``choice``
-    is a file: a role it saved in another form (scored judges under ``judge_form: checks``), or one
-    a file of another mode lacks. Empty when the choice is bare altogether, or loads everywhere."""
+    is a file: a role it saved in another form (scored judges under ``judge_form: checks``), one
+    a file of another mode lacks, or a judge run on another LM than the file's. Empty when the
+    choice is bare altogether, or loads everywhere."""
     if choice.bare:
         return []
-    return sorted(load_state(skeleton(mode, settings), choice.state, choice.mode, choice.path))
+    program = skeleton(mode, settings)
+    return sorted(load_state(program, choice.state, choice.mode, choice.path,
+                             other_lm_predictors(choice, settings, program)))
 
 
-def apply_program(program: Any, choice: ProgramChoice) -> Any:
-    """``program`` with ``choice`` loaded into it (unchanged when the choice is bare)."""
+def apply_program(program: Any, choice: ProgramChoice, settings: Settings | None = None) -> Any:
+    """``program`` with ``choice`` loaded into it (unchanged when the choice is bare); with
+    ``settings``, its judges stay bare when they run on another LM than the file's."""
     if not choice.bare:
-        load_state(program, choice.state, choice.mode, choice.path)
+        leave = other_lm_predictors(choice, settings, program) if settings is not None else set()
+        load_state(program, choice.state, choice.mode, choice.path, leave)
     return program

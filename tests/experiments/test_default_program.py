@@ -357,3 +357,31 @@ def test_a_file_brings_demos_and_only_an_instruction_optimizer_brings_instructio
         assert descriptions == {n: f.json_schema_extra["desc"] for n, f in code.fields.items()}
         expected = "Old instructions." if optimizer == "mipro" else code.instructions
         assert generator.signature.instructions == expected
+
+
+def test_judges_on_a_judge_lm_of_their_own_run_bare(compiled_dir, scripted, tiny_bird, tmp_path, capsys):
+    from reflect_sql.experiments.assembly import assemble
+    from reflect_sql.experiments.config import load_config
+
+    choice = shipped.resolve_program(None, LM)
+    judge_demo = {"question": MARKER, "schema_context": "zoo(id, kind)", "sql": "SELECT 1"}
+    choice.state["entailment_loop.judge"]["demos"] = [judge_demo]
+    same = load_config(write_experiment(tmp_path, tiny_bird), [f"judge_lm={LM}"])
+    assert shipped.bare_predictors(choice, same.settings, "reflect") == []
+    other = load_config(write_experiment(tmp_path, tiny_bird), ["judge_lm=local/another-model"])
+    assert shipped.bare_predictors(choice, other.settings, "reflect") == [
+        "entailment_loop.judge", "retrieval_loop.judge", "synthesis_loop.judge"]
+
+    def demos(settings):
+        from reflect_sql.db.schema import Schema
+        from reflect_sql.programs.retriever import SchemaRetriever
+
+        retriever = SchemaRetriever(Schema("sqlite", []))
+        program = assemble(settings, choice, lms=(scripted, scripted)).program(None, retriever)
+        return {path: len(p.demos) for path, p in program.named_predictors()}
+
+    assert demos(same.settings)["entailment_loop.judge"] == 1
+    # The generator keeps the demos its own LM was compiled with; the judges on another LM get none.
+    assert demos(other.settings) == {"retrieval_loop.judge": 0, "synthesis_loop.generator": 1,
+                                     "synthesis_loop.repairer": 0, "synthesis_loop.judge": 0,
+                                     "entailment_loop.judge": 0}
