@@ -307,7 +307,7 @@ def run_eval(
         record["bare_predictors"] = bare_predictors(choice, config.settings, config.mode)
         if record["bare_predictors"]:
             print(f"reflect-sql: note: {choice.path} is not loaded into {', '.join(record['bare_predictors'])} "
-                  "(asked in another form or not in the file): they run bare", file=sys.stderr)
+                  "(asked in another form, not in the file, or run on another LM): they run bare", file=sys.stderr)
     else:
         record = {"path": None, "sha256": None, "source": "caller's factory"}
     (out / "traces").mkdir(parents=True, exist_ok=True)
