@@ -49,6 +49,7 @@ from reflect_sql.experiments.results_log import ResultsLog
 from reflect_sql.experiments.shutdown import finish_in_flight, raise_if_requested, stop_at_next_lm_call
 from reflect_sql.files import atomic_file
 from reflect_sql.lm.accounting import CostMeter
+from reflect_sql.lm.local_engine import forget_prompt_caches
 from reflect_sql.programs.shipped import ProgramChoice, bare_predictors, resolve_program
 from reflect_sql.programs.trace import json_safe
 from reflect_sql.settings import SettingsError
@@ -311,6 +312,9 @@ def run_eval(
     else:
         record = {"path": None, "sha256": None, "source": "caller's factory"}
     (out / "traces").mkdir(parents=True, exist_ok=True)
+    # Cold prompt caches: the embedded engine keeps earlier prompts' states in RAM, and a variant run
+    # after another in this process would otherwise be served the heads its predecessor computed.
+    forget_prompt_caches()
     meta = _open_run(config, out, record)
     # The commit of the code this session runs: a resumed run may finish on different code.
     session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": git_commit(), "seconds": 0.0, "evaluated": 0}

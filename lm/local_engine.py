@@ -108,6 +108,18 @@ def _server(path: Path, n_ctx: int, threads: int) -> _Loaded:
         return loaded
 
 
+def forget_prompt_caches() -> int:
+    """Unload the embedded models, and with them the prompt states their prefix caches hold (up to
+    ``cache_ram_mib`` of earlier prompts); the next call loads its model afresh. A run that must
+    not be served by prompts another run computed (each variant of a benchmark or ablation in one
+    process) starts with this. Calls in flight keep their server until they end. Returns how
+    many servers were unloaded."""
+    with _servers_lock:
+        dropped = len(_servers)
+        _servers.clear()
+    return dropped
+
+
 def _system_text(system) -> str | None:
     if system is None:
         return None

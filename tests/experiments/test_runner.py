@@ -236,3 +236,19 @@ def test_the_value_cap_is_in_the_fingerprint_only_once_changed(tiny_bird, tmp_pa
 
     older = replace(config, settings=SettingsBeforeTheCap())
     assert config.fingerprint() == older.fingerprint() != capped.fingerprint()
+
+
+def test_each_evaluation_starts_with_cold_prompt_caches(tiny_bird, tmp_path, monkeypatch):
+    from reflect_sql.lm import local_engine
+
+    # A model an earlier run in this process loaded, with the prompt states its cache holds.
+    monkeypatch.setitem(local_engine._servers, ("model.gguf", 4096, 2), object())
+    seen = []
+
+    def program(question, evidence=""):
+        seen.append(dict(local_engine._servers))
+        return fake_program(question, evidence)
+
+    run_eval(load_config(write_config(tmp_path, tiny_bird)), tmp_path / "run", lambda q: program, progress=False)
+    assert seen and all(servers == {} for servers in seen)
+    assert local_engine.forget_prompt_caches() == 0
