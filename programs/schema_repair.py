@@ -295,11 +295,15 @@ def add_joins(state: Repair) -> None:
     where the chain leaves it) is left to ``pull_in_tables``, which explains it to the repairer instead."""
     graph = fk_graph(state.foreign_keys)
     added: dict[int, dict[str, str]] = {}  # id(scope) -> table -> alias, for the tables this rule joined in
-    for ref in _open(state):
+    refs = _open(state)
+    for ref in refs:
         if ref.problem not in (OUTSIDE, MISPLACED, UNOWNED) or _query_has(state, ref.name):
             continue
         owners = [ref.table] if ref.problem == OUTSIDE else [
             t for t in state.schema.tables if t.name not in state.query_tables and state.has(t, ref.name)]
+        by_alias = len(owners) > 1
+        if by_alias:
+            owners = _named_by_alias(state, ref, refs, owners)
         scope = ref.scopes[0]
         select = scope.expression
         if len(owners) != 1 or not isinstance(select, exp.Select):
@@ -338,6 +342,8 @@ def add_joins(state: Repair) -> None:
                 select.join(exp.table_(table, alias=alias), on=on, join_type="inner", copy=False)
             state.rewrites.append(f"joined {' -> '.join(path)}")
         column = target.column(ref.name).name if target.column(ref.name) else ref.name
+        if by_alias and isinstance(ref.node.parent, exp.Alias):
+            state.rewrites.append(f"{ref.text} AS {ref.node.parent.alias}: the alias means {target.name}.{column}")
         ref.node.set("table", exp.to_identifier(joined[target.name]))
         ref.node.set("db", None)
         ref.node.set("catalog", None)
@@ -347,6 +353,22 @@ def add_joins(state: Repair) -> None:
         ref.table, ref.problem, ref.handled = target, None, True
         if "add_joins" not in state.fired:
             state.fired.append("add_joins")
+
+
+def _named_by_alias(state: Repair, ref: Ref, refs: list[Ref], owners: list[Table]) -> list[Table]:
+    """Of several tables outside the query that have the column, the one its alias names: the
+    1.5B wrote ``T1.name AS dish_name`` on orders, and of the tables with a ``name`` the KB's column
+    document that means "dish name" most is menu_items'. The same reference elsewhere in its SELECT
+    (``GROUP BY T1.name``) follows its aliased twin. The owners stay as they are when there is no
+    alias or no KB, or when the column the alias means most is not one of theirs."""
+    twins = [r for r in refs if r.scopes[0] is ref.scopes[0] and r.text.lower() == ref.text.lower()]
+    aliases = [r.node.parent.alias for r in [ref, *twins] if isinstance(r.node.parent, exp.Alias) and r.node.parent.alias]
+    if not aliases:
+        return owners
+    meant = _meant(state, aliases[0])
+    if not meant or meant[0][1].lower() != ref.name.lower():
+        return owners
+    return [t for t in owners if t.name == meant[0][0]] or owners
 
 
 @rule("repair_pull_tables")

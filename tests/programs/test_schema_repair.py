@@ -450,3 +450,43 @@ def test_an_extra_sample_on_the_wrong_alias_is_requalified_and_joins_the_pool(ru
     assert sample["rewrite"]["sql"] == alias_only.replace("T1.power_name", "T3.power_name")
     (selection,) = steps(pred, "selection")
     assert selection["scores"]["pool"] == 2
+
+
+def test_of_several_owners_outside_the_query_the_one_the_alias_means_is_joined(tmp_path):
+    """T1.name on orders: customers and menu_items both have a name. The model's alias dish_name
+    says which; the KB's meaning lookup (here a stand-in) ranks menu_items.name first for it."""
+    from reflect_sql.programs import schema_repair
+
+    sql = ("SELECT T1.name AS dish_name, COUNT(*) FROM orders AS T1 JOIN order_items AS T2 ON T2.order_id = T1.id "
+           "GROUP BY T1.name ORDER BY T1.name")
+    asked = []
+
+    def meaning(text):
+        asked.append(text)
+        return [("menu_items", "name", 0.52), ("customers", "name", 0.31)] if "dish" in text else []
+
+    with hand_built(tmp_path, """
+            CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
+            CREATE TABLE menu_items (id INTEGER PRIMARY KEY, name TEXT);
+            CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id));
+            CREATE TABLE order_items (id INTEGER PRIMARY KEY, order_id INTEGER REFERENCES orders(id),
+                                      menu_item_id INTEGER REFERENCES menu_items(id));
+            INSERT INTO customers VALUES (1, 'Ann');
+            INSERT INTO menu_items VALUES (10, 'pho'), (20, 'banh mi');
+            INSERT INTO orders VALUES (1, 1);
+            INSERT INTO order_items VALUES (1, 1, 10), (2, 1, 10), (3, 1, 20);
+        """) as engine:
+        def repair(sql, meaning):
+            return schema_repair.repair(sql, engine.check(sql), engine.introspect(), Settings(), engine.dialect,
+                                        meaning=meaning)
+
+        outcome = repair(sql, meaning)
+        assert set(asked) == {"dish name"}
+        assert "joined order_items -> menu_items" in outcome.rewrites
+        assert "T1.name AS dish_name: the alias means menu_items.name" in outcome.rewrites
+        assert engine.execute(outcome.sql).rows == [("banh mi", 1), ("pho", 2)]
+        # No alias, or an alias that means no owner's column: the choice stays the repairer's.
+        for unclear in (sql.replace(" AS dish_name", ""), sql.replace("dish_name", "label")):
+            outcome = repair(unclear, meaning)
+            assert not any(r.startswith("joined") for r in outcome.rewrites)
+            assert "customers" in outcome.feedback() and "menu_items" in outcome.feedback()
