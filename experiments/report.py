@@ -25,6 +25,12 @@ def format_accuracy_table(table: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _own_cost(per_question: Mapping[str, Any], key: str, digits: int) -> str:
+    """A variant's own cost per question: its ``alone_`` figure where the record has one."""
+    value = per_question.get(f"alone_{key}", per_question.get(key))
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
 def ablation_markdown(rows: Sequence[tuple[str, Mapping[str, Any]]], baseline: str | None = None) -> str:
     """Paper-style table: one row per variant, EX per difficulty, and Δ of overall vs the baseline."""
     baseline = baseline or (rows[0][0] if rows else "")
@@ -42,14 +48,10 @@ def ablation_markdown(rows: Sequence[tuple[str, Mapping[str, Any]]], baseline: s
         per_q = cost.get("per_question") or {}
         shared += cost.get("cache_hits") or 0
         unknown += cost.get("cache_hits_of_unknown_cost") or 0
-
-        def cell(key: str, digits: int) -> str:
-            value = per_q.get(f"alone_{key}", per_q.get(key))
-            return "-" if value is None else f"{value:,.{digits}f}"
-
         calls = per_q.get("lm_calls")
         cells = [name, *[_pct(summary.get(n)) for n in names], delta, "-" if calls is None else f"{calls:.1f}",
-                 cell("prompt_tokens", 0), cell("completion_tokens", 0), cell("seconds", 1)]
+                 _own_cost(per_q, "prompt_tokens", 0), _own_cost(per_q, "completion_tokens", 0),
+                 _own_cost(per_q, "seconds", 1)]
         lines.append("| " + " | ".join(cells) + " |")
     if shared:
         note = (f"\nTokens and seconds are each variant's own: the {int(shared)} calls a response cache shared "

@@ -92,6 +92,7 @@ class Repair:
     fired: list[str] = field(default_factory=list)
     # (text) -> [(table, column, similarity)], best first: the KB's columns that mean ``text``.
     meaning: Callable[[str], list[tuple[str, str, float]]] | None = None
+    meanings: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # text -> its _meant columns
 
     def has(self, table: Table, column: str) -> bool:
         return table.column(column) is not None or column.lower() in IMPLICIT_COLUMNS.get(self.dialect, ())
@@ -361,8 +362,8 @@ def _named_by_alias(state: Repair, ref: Ref, refs: list[Ref], owners: list[Table
     document that means "dish name" most is menu_items'. The same reference elsewhere in its SELECT
     (``GROUP BY T1.name``) follows its aliased twin. The owners stay as they are when there is no
     alias or no KB, or when the column the alias means most is not one of theirs."""
-    twins = [r for r in refs if r.scopes[0] is ref.scopes[0] and r.text.lower() == ref.text.lower()]
-    aliases = [r.node.parent.alias for r in [ref, *twins] if isinstance(r.node.parent, exp.Alias) and r.node.parent.alias]
+    twins = [r for r in refs if r.scopes[0] is ref.scopes[0] and r.text.lower() == ref.text.lower()]  # ref too
+    aliases = [r.node.parent.alias for r in twins if isinstance(r.node.parent, exp.Alias) and r.node.parent.alias]
     if not aliases:
         return owners
     meant = _meant(state, aliases[0])
@@ -469,7 +470,10 @@ def _meant(state: Repair, name: str) -> list[tuple[str, str]]:
     """The KB's columns that mean ``name`` (its words, "dish name"), best first; [] without a KB."""
     if state.meaning is None or not (text := " ".join(split_identifier(name))):
         return []
-    return [(table, column) for table, column, sim in state.meaning(text)[:MEANT_COLUMNS] if sim >= MEANING_CUTOFF]
+    if text not in state.meanings:  # one embedding per text, however many references ask
+        state.meanings[text] = [(table, column) for table, column, sim in state.meaning(text)[:MEANT_COLUMNS]
+                                if sim >= MEANING_CUTOFF]
+    return state.meanings[text]
 
 
 def _comparisons(tree: exp.Expression) -> Iterable[tuple[exp.Column, str, str]]:
