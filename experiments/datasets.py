@@ -196,6 +196,13 @@ def load_dataset(fmt: str, root: str | Path, split: str = "dev", **selection: An
     return load_questions(fmt, root / f"{split}.json", **selection)
 
 
+def questions_of_run(meta: dict[str, Any]) -> tuple[dict[str, Question], str]:
+    """The questions an eval run was asked (from its ``run.json``), by key, and the dataset's format."""
+    ds = meta["dataset"]
+    selection = {k: ds.get(k) for k in ("sample", "seed", "limit", "db_ids") if ds.get(k) is not None}
+    return {q.key: q for q in load_dataset(ds["format"], ds["root"], ds.get("split", "dev"), **selection)}, ds["format"]
+
+
 def parse_db_ids(text: str | None) -> list[str] | None:
     if not text:
         return None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_sql.errors import UserError
-from reflect_sql.experiments.datasets import Question, load_dataset
+from reflect_sql.experiments.datasets import questions_of_run
 from reflect_sql.experiments.metrics import match
 from reflect_sql.experiments.results_log import read_run, report_command
 from reflect_sql.settings import Settings
@@ -37,15 +37,9 @@ def candidates(steps: list[dict[str, Any]]) -> tuple[list[str], list[str | None]
     return written, None
 
 
-def _questions(meta: dict[str, Any]) -> tuple[dict[str, Question], str]:
-    ds = meta["dataset"]
-    selection = {k: ds.get(k) for k in ("sample", "seed", "limit", "db_ids") if ds.get(k) is not None}
-    return {q.key: q for q in load_dataset(ds["format"], ds["root"], ds.get("split", "dev"), **selection)}, ds["format"]
-
-
 def study(run: Path) -> dict[str, Any]:
     meta, records = read_run(run)
-    questions, fmt = _questions(meta)
+    questions, fmt = questions_of_run(meta)
     value_cap = meta.get("settings", {}).get("max_value_bytes", Settings().max_value_bytes)  # the run's engine cap
     rows = []
     for record in records:

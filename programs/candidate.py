@@ -25,6 +25,7 @@ class Candidate:
     entailment_score: float | None = None
     entailment: dict[str, Any] = field(default_factory=dict)  # E_schema, E_data, diagnosis
     passed_semantic: bool | None = None  # None: not judged
+    evidence_unused: int | None = None  # evidence clauses whose columns the SQL never uses; None: not checked
     passed_entailment: bool | None = None
 
     def scores(self) -> dict[str, float | None]:
@@ -77,8 +78,9 @@ def _score(value: float | None) -> float:
 
 
 def synthesis_rank(c: Candidate) -> tuple:
-    """Before execution: SQL that compiles beats SQL that does not, then the higher S."""
-    return (c.compiles is not False, _score(c.semantic_score), _score(c.retrieval_score))
+    """Before execution: SQL that compiles beats SQL that does not, then SQL that ignores fewer evidence
+    clauses (a deterministic finding, when checked), then the higher S."""
+    return (c.compiles is not False, -(c.evidence_unused or 0), _score(c.semantic_score), _score(c.retrieval_score))
 
 
 def final_rank(c: Candidate) -> tuple:

@@ -4,7 +4,9 @@
   (``schema_repair.py``) first fixes what the schema alone decides and adds what it found to the
   error text, then the repairer rewrites the SQL from that text, up to ``max_syntax_repairs`` times;
 - semantic: the judge scores C, G, J, Q and S = w_c*C + w_g*G + w_j*J + w_q*Q; below theta_s the
-  diagnosis goes back to the generator, up to ``max_semantic_iterations`` generations.
+  diagnosis goes back to the generator, up to ``max_semantic_iterations`` generations. With
+  ``check_evidence_columns``, SQL that ignores an evidence clause (``evidence_columns.py``) goes back
+  first, with those clauses and without a judge call.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from reflect_sql.programs.invoke import call_predictor, make_judge, make_predict
 from reflect_sql.programs.judgment import RUBRICS
 from reflect_sql.programs.loop import Loop
 from reflect_sql.programs.retriever import render_examples
-from reflect_sql.programs import schema_repair
+from reflect_sql.programs import evidence_columns, schema_repair
 from reflect_sql.programs.sql_text import clean_sql
 from reflect_sql.programs.trace import Trace, TraceStep
 from reflect_sql.settings import Settings
@@ -150,6 +152,11 @@ class SynthesisLoop(Loop):
             if not s.use_semantic_reflection:
                 return candidate
 
+            if s.check_evidence_columns:
+                note = self._check_evidence(candidate, evidence, trace, round, it, last=it == iterations - 1)
+                if note:
+                    best = better(best, candidate, synthesis_rank)
+                    continue
             note = self._judge(candidate, question, evidence, schema_text, trace, round, it, iterations)
             if candidate.passed_semantic:
                 return candidate
@@ -312,6 +319,25 @@ class SynthesisLoop(Loop):
             return None
         step.decision = f"feedback for the repairer ({', '.join(outcome.rules)})"
         return join_feedback(error, outcome.feedback())
+
+    def _check_evidence(self, candidate: Candidate, evidence: str, trace: Trace, round: int, it: int, last: bool) -> str:
+        """The generator's feedback when the SQL ignores an evidence clause ("" when it uses them all,
+        and on the last generation, where the judge decides: no generation is left to correct it)."""
+        schema = self.handles.schema()
+        if schema is None or not evidence:
+            return ""
+        unused = evidence_columns.unused_clauses(candidate.sql, evidence, schema, self.handles.engine.dialect)
+        candidate.evidence_unused = len(unused)
+        if not unused:
+            return ""
+        step = trace.add(TraceStep("synthesis.evidence", round, it, inputs={"sql": candidate.sql},
+                                   scores={"unused_clauses": len(unused)}))
+        step.feedback = evidence_columns.feedback(candidate.sql, unused)
+        if last:
+            step.decision = "last generation: the judge decides"
+            return ""
+        step.decision = "regenerate with the unused evidence (no judge call)"
+        return step.feedback
 
     def _judge(self, candidate: Candidate, question: str, evidence: str, schema_text: str,
                trace: Trace, round: int, it: int, iterations: int) -> str:

@@ -118,6 +118,9 @@ class Settings(BaseModel):
                                        "names go into the repairer's feedback.")
     repair_suggest_values: bool = Field(True, description="For a string literal a column never holds: the nearest "
                                         "stored values from the KB's value index go into the repairer's feedback.")
+    check_evidence_columns: bool = Field(False, description="Before the semantic judge: SQL that uses none of the "
+                                         "columns an evidence clause (\"X refers to col\") names goes back to the generator "
+                                         "with those clauses, without a judge call (programs/evidence_columns.py).")
 
     # --- Candidate pool and selection (programs/selection.py) ---
     n_candidates: int = Field(1, ge=1, le=16, description="SQL samples drawn at the question's first generation "
