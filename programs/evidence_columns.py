@@ -38,18 +38,23 @@ class UnusedClause:
         return f'"{self.clause}" names {", ".join(self.columns)}'
 
 
-def clause_columns(definition: str, schema: Schema) -> tuple[str, ...]:
-    """The schema's columns named in the part of a clause after "refers to", in order, lower case."""
+def _owners(schema: Schema) -> dict[str, set[str]]:
+    """Each column name of ``schema`` (lower case) with the tables that have it."""
     owners: dict[str, set[str]] = {}
     for table in schema.tables:
         for column in table.columns:
             owners.setdefault(column.name.lower(), set()).add(table.name.lower())
+    return owners
+
+
+def clause_columns(definition: str, owners: dict[str, set[str]], tables: set[str]) -> tuple[str, ...]:
+    """The columns (of ``owners``) named in the part of a clause after "refers to", in order, lower case."""
     found: list[str] = []
     for match in _NAME.finditer(_LITERAL.sub(" ", definition)):
         name = (match.group(1) or match.group(2)).lower()
         if name not in owners and "." in name:
             table, name = name.split(".", 1)  # table.column, or an alias.column: the column decides
-            if table in {t for ts in owners.values() for t in ts} and table not in owners.get(name, ()):
+            if table in tables and table not in owners.get(name, ()):
                 continue
         if name in owners and name not in found:
             found.append(name)
@@ -58,12 +63,14 @@ def clause_columns(definition: str, schema: Schema) -> tuple[str, ...]:
 
 def evidence_clauses(evidence: str, schema: Schema) -> list[tuple[str, tuple[str, ...]]]:
     """Each "X refers to Y" clause of ``evidence`` that names at least one column of ``schema``."""
+    owners = _owners(schema)
+    tables = {table.name.lower() for table in schema.tables}
     clauses = []
     for part in _CLAUSE_SPLIT.split(evidence or ""):
         refers = _REFERS.search(part)
         if refers is None:
             continue
-        columns = clause_columns(part[refers.end():], schema)
+        columns = clause_columns(part[refers.end():], owners, tables)
         if columns:
             clauses.append((part.strip(), columns))
     return clauses
