@@ -79,8 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out_arg(p, "output directory: rows.jsonl (resumable), judge_scale.md and .json", required=True)
     p.add_argument("--forms", metavar="A,B", help="literal,int,words,verdict_first,flipped,checks,verdict (default: all)")
     p.add_argument("--judges", metavar="A,B", help="semantic,entailment (default: both)")
-    p.add_argument("--program", metavar="PROGRAM.json",
-                   help="a compiled program: the int form shows each judge's demos from it (default: no demos)")
+    p.add_argument("--program", metavar="none|PROGRAM.json",
+                   help="a compiled program: the int form shows each judge's demos from it (default, or none: "
+                        "no demos, the bare signatures)")
     add_set_arg(p, EXPERIMENT_SET_HELP)
     p.set_defaults(func=cmd_judge_scale)
 
@@ -231,6 +232,6 @@ def cmd_judge_scale(args: argparse.Namespace) -> int:
     judges = _choices(args.judges, JUDGES, "--judges")
     oc = load_optimize_config(args.config, args.set_)
     summary = run(oc, Path(args.out), forms, judges, log=notice,
-                  program=Path(args.program) if args.program else None)
+                  program=Path(args.program) if args.program not in (None, "none") else None)
     print(markdown(summary, f"judge scale forms ({args.out}/judge_scale.md)"))
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dspy
 import pytest
@@ -131,6 +132,23 @@ def test_unknown_form_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["judge-scale", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o"), "--forms", "int,bogus"]) == 2
     err = capsys.readouterr().err
     assert "bogus" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag, expected", [(["--program", "none"], None), ([], None),
+                                             (["--program", "p.json"], "p.json")])
+def test_program_none_means_the_bare_signatures_as_in_eval(flag, expected, tmp_path, monkeypatch):
+    import reflect_sql.optimize.judge_scale as judge_scale
+
+    asked = {}
+
+    def fake_run(oc, out, forms, judges, log=None, program=None):
+        asked["program"] = program
+        return []
+
+    monkeypatch.setattr(judge_scale, "run", fake_run)
+    monkeypatch.setattr("reflect_sql.optimize.config.load_optimize_config", lambda path, sets: None)
+    assert main(["judge-scale", str(tmp_path / "opt.yaml"), "--out", str(tmp_path / "o"), *flag]) == 0
+    assert asked["program"] == (None if expected is None else Path(expected))
 
 
 def _program_with_judge_demos(path, train_questions):
