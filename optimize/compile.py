@@ -30,6 +30,7 @@ import dspy
 from dspy.teleprompt import BootstrapFewShot, BootstrapFewShotWithRandomSearch, LabeledFewShot, MIPROv2
 
 from reflect_sql.errors import UserError
+from reflect_sql.experiments.calibration import auc
 from reflect_sql.experiments.config import EvalConfig
 from reflect_sql.experiments.datasets import Question, select
 from reflect_sql.experiments.metrics import match
@@ -95,16 +96,6 @@ def judge_metric(value: Callable[[Any, Settings], float], threshold: float, sett
     return metric
 
 
-def auc(scores: list[float], labels: list[bool]) -> float | None:
-    """Probability that a right query scores above a wrong one (ties count half); None with one class."""
-    pos = [s for s, y in zip(scores, labels) if y]
-    neg = [s for s, y in zip(scores, labels) if not y]
-    if not pos or not neg:
-        return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return round(wins / (len(pos) * len(neg)), 4)
-
-
 def measure(student: dspy.Module, examples: list[dspy.Example], metric: Callable,
             value: Callable[[Any], float] | None = None) -> dict[str, Any]:
     """Share of ``examples`` the metric accepts; an LM failure counts against it."""
@@ -126,7 +117,7 @@ def measure(student: dspy.Module, examples: list[dspy.Example], metric: Callable
     n = len(examples)
     out: dict[str, Any] = {"n": n, "agree": agree, "accuracy": round(agree / n, 4) if n else None, "failures": failures}
     if value is not None:
-        out["auc"] = auc(scores, labels)
+        out["auc"] = None if (value_auc := auc(scores, labels)) is None else round(value_auc, 4)
     return out
 
 

@@ -165,7 +165,8 @@ def test_export_refuses_what_is_not_a_program(tmp_path, capsys):
 def test_judge_agreement_metric_and_auc():
     import dspy
 
-    from reflect_sql.optimize.compile import auc, entailment_value, judge_metric
+    from reflect_sql.experiments.calibration import auc
+    from reflect_sql.optimize.compile import entailment_value, judge_metric
     from reflect_sql.settings import Settings
 
     s = Settings(beta=0.5, theta_e=3.0)
