@@ -197,9 +197,13 @@ def load_dataset(fmt: str, root: str | Path, split: str = "dev", **selection: An
 
 
 def questions_of_run(meta: dict[str, Any]) -> tuple[dict[str, Question], str]:
-    """The questions an eval run was asked (from its ``run.json``), by key, and the dataset's format."""
+    """The questions an eval run may have been asked (from its ``run.json``), by key, and the dataset's format.
+
+    ``limit`` is left out: it only cuts a prefix of the selection, and ``run.json`` keeps the first
+    invocation's, while a run resumed with a higher ``--limit`` (``ablate --step`` does this every
+    round) answers more questions of the same selection."""
     ds = meta["dataset"]
-    selection = {k: ds.get(k) for k in ("sample", "seed", "limit", "db_ids") if ds.get(k) is not None}
+    selection = {k: ds.get(k) for k in ("sample", "seed", "db_ids") if ds.get(k) is not None}
     return {q.key: q for q in load_dataset(ds["format"], ds["root"], ds.get("split", "dev"), **selection)}, ds["format"]
 
 

@@ -61,8 +61,7 @@ def gold_row(spec: str, schemas: _Schemas) -> dict[str, Any]:
 
 def run_rows(run: Path, schemas: _Schemas) -> list[dict[str, Any]]:
     meta, records = read_run(run)
-    # A run resumed with a higher --limit keeps its first limit in run.json; every record counts.
-    questions, _ = questions_of_run({**meta, "dataset": {k: v for k, v in meta["dataset"].items() if k != "limit"}})
+    questions, _ = questions_of_run(meta)
     answered = [(questions[str(r["question_id"])], r) for r in records if r.get("sql") and str(r["question_id"]) in questions]
     return [_row(f"{run.name}, {verdict} answers", ((q, r["sql"]) for q, r in answered if bool(r.get("correct")) == right), schemas)
             for verdict, right in (("right", True), ("wrong", False))]
