@@ -35,11 +35,13 @@ def judged(steps: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
     """(calibration key, SQL, score) of every judgment in one question's trace that gave a score."""
     out = []
     for step in steps:
-        symbol_key = JUDGE_STEPS.get(step.get("loop"))
+        if step.get("loop") not in JUDGE_STEPS:
+            continue
+        symbol, judge = JUDGE_STEPS[step["loop"]]
         sql = (step.get("inputs") or {}).get("sql")
-        score = (step.get("scores") or {}).get(symbol_key[0]) if symbol_key else None
-        if symbol_key and sql and isinstance(score, (int, float)):
-            out.append((symbol_key[1], sql, float(score)))
+        score = (step.get("scores") or {}).get(symbol)
+        if sql and isinstance(score, (int, float)):
+            out.append((judge, sql, float(score)))
     return out
 
 
@@ -50,13 +52,13 @@ def cases(runs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, float], int
     seen: set[tuple[str, str, str, str]] = set()
     verdicts: dict[tuple[str, str, str], bool] = {}
     records: list[dict[str, Any]] = []
-    thresholds: dict[str, float] | None = None
     defaults = Settings()
+    thresholds: dict[str, float] | None = None
     for run in runs:
         meta, results = read_run(run)
         settings = meta.get("settings", {})
         these = {t: float(settings.get(t, getattr(defaults, t))) for t in THRESHOLDS}
-        if thresholds is not None and these != thresholds:
+        if thresholds not in (None, these):
             raise UserError(f"{run}: its thresholds {these} differ from the other runs' {thresholds}; "
                             "pool runs judged at the same thresholds")
         thresholds = these

@@ -227,11 +227,12 @@ def _choices(text: str | None, allowed: tuple[str, ...], flag: str) -> list[str]
 def cmd_judge_scale(args: argparse.Namespace) -> int:
     from reflect_sql.optimize.config import load_optimize_config
     from reflect_sql.optimize.judge_scale import FORMS, JUDGES, markdown, run
+    from reflect_sql.programs.shipped import NONE
 
     forms = _choices(args.forms, FORMS, "--forms")
     judges = _choices(args.judges, JUDGES, "--judges")
     oc = load_optimize_config(args.config, args.set_)
     summary = run(oc, Path(args.out), forms, judges, log=notice,
-                  program=Path(args.program) if args.program not in (None, "none") else None)
+                  program=Path(args.program) if args.program not in (None, NONE) else None)
     print(markdown(summary, f"judge scale forms ({args.out}/judge_scale.md)"))
     return 0
