@@ -22,7 +22,17 @@
    minimum and maximum, a rationale's length limit, and a list's number of items and their length,
    so the engine's grammar cannot produce these faults. The chat prompt is unchanged.
 
-3. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
+3. **The compact JSON template** (setting ``prompt_template: compact``, JSON only). DSPy's
+   JSONAdapter describes the outputs three times: a field list with descriptions, a JSON skeleton
+   with a note per integer field, and an order reminder in the task message; it also shows the
+   inputs' section layout, which the task message then uses. The prefix cache cannot reuse that
+   text across questions or roles. The compact template keeps the field list (it carries each
+   scale) and the order of the keys, and drops the skeleton, the input layout and the type
+   notes: where the reply is constrained by the signature's JSON schema, the grammar enforces
+   what they say. The instructions lose DSPy's eight-space indent. Each role's tail is 21-33%
+   shorter (900-1,300 characters per judge on the shipped signatures). Parsing is DSPy's.
+
+4. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
    (one more LM call); each such fallback is reported to the open ``CostMeter``s, or turned off
    (setting ``json_adapter_fallback``). The fallback keeps the layout.
 """
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import re
+import textwrap
 from typing import Any
 
 import dspy
@@ -131,6 +142,28 @@ class SharedHeadJSONAdapter(SharedHeadLayout, BoundedJSONAdapter):
     pass
 
 
+class CompactTemplate:
+    """Mixin over a JSONAdapter: the compact template (see module docstring)."""
+
+    def format_field_structure(self, signature) -> str:
+        return ("Each input comes in its own `[[ ## name ## ]]` section. "
+                "Reply with one JSON object whose keys are the output fields, in their order.")
+
+    def format_task_description(self, signature) -> str:
+        return "Your task:\n" + textwrap.dedent(signature.instructions).strip()
+
+    def user_message_output_requirements(self, signature) -> str:
+        return "Respond with the JSON object: " + ", ".join(f"`{name}`" for name in signature.output_fields) + "."
+
+
+class CompactJSONAdapter(CompactTemplate, BoundedJSONAdapter):
+    pass
+
+
+class SharedHeadCompactJSONAdapter(CompactTemplate, SharedHeadJSONAdapter):
+    pass
+
+
 class CountingChatAdapter(dspy.ChatAdapter):
     """ChatAdapter that reports each JSONAdapter fallback to the open cost meters."""
 
@@ -151,12 +184,14 @@ def make_adapter(settings) -> dspy.ChatAdapter:
     """The adapter for ``settings``: its format, its prompt layout and its JSON fallback policy."""
     shared = settings.prompt_layout == "shared_head"
     if settings.adapter == "json":
-        return _json_adapter(shared)
+        return _json_adapter(shared, compact=settings.prompt_template == "compact")
     cls = SharedHeadChatAdapter if shared else CountingChatAdapter
     return cls(use_json_adapter_fallback=settings.json_adapter_fallback)
 
 
-def _json_adapter(shared: bool) -> dspy.JSONAdapter:
+def _json_adapter(shared: bool, compact: bool = False) -> dspy.JSONAdapter:
+    if compact:
+        return SharedHeadCompactJSONAdapter() if shared else CompactJSONAdapter()
     return SharedHeadJSONAdapter() if shared else BoundedJSONAdapter()
 
 

@@ -1,6 +1,8 @@
 """The shared-head prompt layout: every per-question call opens with the same bytes."""
 from __future__ import annotations
 
+import textwrap
+
 import dspy
 import pytest
 
@@ -211,3 +213,43 @@ def test_bounds_leave_the_chat_prompt_as_it_was():
     text = prompt_text(messages)
     assert "minimum" not in text and "maxLength" not in text and "Constraints" not in text
     assert "`column_rationale` (str): One short line on column consistency." in text
+
+
+@pytest.mark.parametrize("layout", ["dspy", "shared_head"])
+def test_the_compact_template_is_shorter_keeps_the_head_and_parses(layout):
+    from reflect_sql.lm.adapters import CompactTemplate
+
+    replies = {"GenerateSQL": {"sql": "SELECT 1"}, "EntailmentJudge": {"e_schema": 4, "e_data": 5, "diagnosis": "none"},
+               "SemanticJudge": {"column_rationale": "ok", "column_consistency": 9, "granularity_rationale": "ok",
+                                 "granularity": 8, "join_rationale": "ok", "join_consistency": 7,
+                                 "logic_rationale": "ok", "query_logic": 6, "diagnosis": "none"}}
+    plain = make_adapter(Settings(adapter="json", prompt_layout=layout))
+    compact = make_adapter(Settings(adapter="json", prompt_layout=layout, prompt_template="compact"))
+    assert isinstance(compact, CompactTemplate) and not isinstance(plain, CompactTemplate)
+    for signature in (GenerateSQL, SemanticJudge, EntailmentJudge):
+        before, after = plain.format(signature, [], inputs_for(signature)), compact.format(signature, [], inputs_for(signature))
+        if layout == "shared_head":
+            assert after[0]["content"].startswith(render_head(HEAD))  # the head is the template's, unchanged
+        text = prompt_text(after)
+        assert len(text) < 0.85 * len(prompt_text(before)), signature.__name__
+        assert "Outputs will be a JSON object" not in text and "must be formatted as a valid Python" not in text
+        # Every output field is still described (its scale lives there), and the order is asked for.
+        order = ", ".join(f"`{name}`" for name in signature.output_fields)
+        assert after[-1]["content"].endswith(f"Respond with the JSON object: {order}.")
+        for name, field in signature.output_fields.items():
+            assert field.json_schema_extra["desc"] in after[0]["content"], name
+        assert textwrap.dedent(signature.instructions).strip() in after[0]["content"]
+        # Through a schema-constrained scripted LM, the reply parses as it does under DSPy's template.
+        for adapter in (plain, compact):
+            lm = SchemaLM(replies)
+            with dspy.context(lm=lm, adapter=adapter):
+                out = dspy.Predict(signature)(**inputs_for(signature))
+            assert {k: out[k] for k in signature.output_fields} == replies[signature.__name__]
+            assert lm.calls[0][1]["question"] == HEAD["question"]
+
+
+def test_the_compact_template_needs_json_and_its_retry_goes_through_chat():
+    with pytest.raises(ValueError, match="prompt_template compact needs adapter json"):
+        Settings(prompt_template="compact")
+    compact = make_adapter(Settings(adapter="json", prompt_layout="shared_head", prompt_template="compact"))
+    assert isinstance(other_adapter(compact), SharedHeadChatAdapter)
