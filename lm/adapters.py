@@ -20,7 +20,8 @@
    embedded engine), DSPy's schema says only "integer" and "string": the 0.5B wrote E_data = 17,
    a reply the judge then retried. Every JSON adapter here adds each score field's scale as its
    minimum and maximum, a rationale's length limit, and a list's number of items and their length,
-   so the engine's grammar cannot produce these faults. The chat prompt is unchanged.
+   so the engine's grammar cannot produce these faults. With ``judge_diagnosis_chars`` set, a judge's
+   diagnosis (the generator's feedback) is bounded too. The chat prompt is unchanged.
 
 3. **The compact JSON template** (setting ``prompt_template: compact``, JSON only). DSPy's
    JSONAdapter describes the outputs three times: a field list with descriptions, a JSON skeleton
@@ -100,13 +101,15 @@ class SharedHeadLayout:
         return messages
 
 
-def bounds(signature) -> dict[str, dict[str, int]]:
+def bounds(signature, diagnosis_chars: int | None = None) -> dict[str, dict[str, int]]:
     """The JSON-schema bounds of ``signature``'s output fields: a score's scale, a rationale's length,
-    a list's items and their length."""
+    a list's items and their length, and, when ``diagnosis_chars`` is set, a judge's diagnosis."""
     out = {}
     for name, field in signature.output_fields.items():
         desc = (field.json_schema_extra or {}).get("desc", "")
-        if field.annotation is int and (scale := Scale.described_in(desc)) is not None:
+        if name == "diagnosis" and field.annotation is str and diagnosis_chars:
+            out[name] = {"maxLength": diagnosis_chars}
+        elif field.annotation is int and (scale := Scale.described_in(desc)) is not None:
             out[name] = {"minimum": scale.low, "maximum": scale.high}
         elif field.annotation is str and desc.startswith(ONE_LINE):
             out[name] = {"maxLength": ONE_LINE_CHARS}
@@ -118,10 +121,12 @@ def bounds(signature) -> dict[str, dict[str, int]]:
 class BoundedJSON:
     """Mixin over a JSONAdapter: the structured-output schema carries ``bounds`` (see module docstring)."""
 
+    diagnosis_chars: int | None = None  # setting judge_diagnosis_chars
+
     def _prepare_response_format(self, lm, lm_kwargs, signature):
         super()._prepare_response_format(lm, lm_kwargs, signature)
         model = lm_kwargs.get("response_format")
-        limits = bounds(signature)
+        limits = bounds(signature, self.diagnosis_chars)
         if not limits or not (isinstance(model, type) and hasattr(model, "model_json_schema")):
             return  # no schema (plain JSON mode, or an LM without structured outputs): nothing to bound
         schema = copy.deepcopy(model.model_json_schema())  # DSPy's own dict stays as DSPy built it
@@ -184,7 +189,9 @@ def make_adapter(settings) -> dspy.ChatAdapter:
     """The adapter for ``settings``: its format, its prompt layout and its JSON fallback policy."""
     shared = settings.prompt_layout == "shared_head"
     if settings.adapter == "json":
-        return _json_adapter(shared, compact=settings.prompt_template == "compact")
+        adapter = _json_adapter(shared, compact=settings.prompt_template == "compact")
+        adapter.diagnosis_chars = settings.judge_diagnosis_chars
+        return adapter
     cls = SharedHeadChatAdapter if shared else CountingChatAdapter
     return cls(use_json_adapter_fallback=settings.json_adapter_fallback)
 

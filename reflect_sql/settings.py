@@ -205,6 +205,9 @@ class Settings(BaseModel):
     prompt_layout: Literal["shared_head", "dspy"] = Field(
         "dspy", description="shared_head: every call for a question opens with the same question, evidence and "
         "schema context, so the embedded engine's prefix cache serves them; dspy: DSPy's layout, instructions first.")
+    judge_diagnosis_chars: int | None = Field(
+        None, ge=20, description="With adapter json: the longest diagnosis the semantic and entailment judges may "
+        "write, enforced by the engine's JSON grammar (the diagnosis is the generator's feedback); none: unbounded.")
     prompt_template: Literal["dspy", "compact"] = Field(
         "dspy", description="With adapter json: dspy, DSPy's JSONAdapter template; compact, the output fields listed "
         "once and no JSON skeleton (the engine's schema constrains the reply): a quarter to a third fewer characters "
@@ -252,6 +255,8 @@ class Settings(BaseModel):
             problems.append("judge_pool needs selection vote or judge_vote and use_entailment: true "
                             f"(it judges the pool for selection; got selection={self.selection}, "
                             f"use_entailment={self.use_entailment})")
+        if self.judge_diagnosis_chars is not None and self.adapter != "json":
+            problems.append("judge_diagnosis_chars needs adapter json (the bound is part of the reply's JSON schema)")
         if self.prompt_template == "compact" and self.adapter != "json":
             problems.append("prompt_template compact needs adapter json (ChatAdapter parses the sections its own "
                             "template teaches)")

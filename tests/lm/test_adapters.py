@@ -253,3 +253,23 @@ def test_the_compact_template_needs_json_and_its_retry_goes_through_chat():
         Settings(prompt_template="compact")
     compact = make_adapter(Settings(adapter="json", prompt_layout="shared_head", prompt_template="compact"))
     assert isinstance(other_adapter(compact), SharedHeadChatAdapter)
+
+
+def test_a_judges_diagnosis_is_bounded_only_when_asked():
+    semantic = {"columns_right": True, "granularity_right": True, "joins_right": False, "logic_right": True,
+                "diagnosis": "join on the store id"}
+    from reflect_sql.signatures.semantic_judge import SemanticChecks
+
+    for chars, expected in ((None, None), (120, 120)):
+        lm = SchemaLM({"SemanticChecks": semantic, "GenerateSQL": {"sql": "SELECT 1"}})
+        settings = Settings(adapter="json", prompt_layout="shared_head", prompt_template="compact",
+                            judge_diagnosis_chars=chars)
+        with dspy.context(lm=lm, adapter=make_adapter(settings)):
+            out = dspy.Predict(SemanticChecks)(**inputs_for(SemanticChecks))
+            dspy.Predict(GenerateSQL)(**inputs_for(GenerateSQL))
+        assert out.diagnosis == "join on the store id"
+        judge_schema, generator_schema = (_schema(f)["properties"] for f in lm.engine_impl.response_formats)
+        assert judge_schema["diagnosis"].get("maxLength") == expected
+        assert "maxLength" not in generator_schema["sql"]  # only a judge's diagnosis is cut
+    with pytest.raises(ValueError, match="judge_diagnosis_chars needs adapter json"):
+        Settings(judge_diagnosis_chars=120)
