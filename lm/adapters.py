@@ -31,7 +31,7 @@
    scale) and the order of the keys, and drops the skeleton, the input layout and the type
    notes: where the reply is constrained by the signature's JSON schema, the grammar enforces
    what they say. The instructions lose DSPy's eight-space indent. Each role's tail is 21-33%
-   shorter (900-1,300 characters per judge on the shipped signatures). Parsing is DSPy's.
+   shorter (800-1,300 characters per judge on the shipped signatures). Parsing is DSPy's.
 
 4. **Counting JSONAdapter fallbacks.** ChatAdapter retries a reply it cannot parse with JSONAdapter
    (one more LM call); each such fallback is reported to the open ``CostMeter``s, or turned off

@@ -210,7 +210,7 @@ class Settings(BaseModel):
         "write, enforced by the engine's JSON grammar (the diagnosis is the generator's feedback); none: unbounded.")
     prompt_template: Literal["dspy", "compact"] = Field(
         "dspy", description="With adapter json: dspy, DSPy's JSONAdapter template; compact, the output fields listed "
-        "once and no JSON skeleton (the engine's schema constrains the reply): a quarter to a third fewer characters "
+        "once and no JSON skeleton (the engine's schema constrains the reply): a fifth to a third fewer characters "
         "in each role's prompt tail (lm/adapters.py).")
 
     # --- Query execution ---
