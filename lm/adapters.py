@@ -189,17 +189,20 @@ def make_adapter(settings) -> dspy.ChatAdapter:
     """The adapter for ``settings``: its format, its prompt layout and its JSON fallback policy."""
     shared = settings.prompt_layout == "shared_head"
     if settings.adapter == "json":
-        adapter = _json_adapter(shared, compact=settings.prompt_template == "compact")
-        adapter.diagnosis_chars = settings.judge_diagnosis_chars
-        return adapter
+        return _json_adapter(shared, compact=settings.prompt_template == "compact",
+                             diagnosis_chars=settings.judge_diagnosis_chars)
     cls = SharedHeadChatAdapter if shared else CountingChatAdapter
     return cls(use_json_adapter_fallback=settings.json_adapter_fallback)
 
 
-def _json_adapter(shared: bool, compact: bool = False) -> dspy.JSONAdapter:
+def _json_adapter(shared: bool, compact: bool = False, diagnosis_chars: int | None = None) -> dspy.JSONAdapter:
+    """The one place a JSON adapter is built: its layout, its template and its diagnosis bound."""
     if compact:
-        return SharedHeadCompactJSONAdapter() if shared else CompactJSONAdapter()
-    return SharedHeadJSONAdapter() if shared else BoundedJSONAdapter()
+        adapter = SharedHeadCompactJSONAdapter() if shared else CompactJSONAdapter()
+    else:
+        adapter = SharedHeadJSONAdapter() if shared else BoundedJSONAdapter()
+    adapter.diagnosis_chars = diagnosis_chars
+    return adapter
 
 
 def other_adapter(adapter: Any) -> dspy.Adapter:
